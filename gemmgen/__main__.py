@@ -1,0 +1,3 @@
+from gemmgen.cli import main
+
+raise SystemExit(main())

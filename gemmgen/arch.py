@@ -1,0 +1,74 @@
+"""GPU architectures gemmgen can target, and the per-architecture limits constraints check."""
+
+import re
+from dataclasses import dataclass
+
+from gemmgen.errors import InvalidParameter
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A compute capability such as sm_90.
+
+    ``max_smem_per_block`` is the opt-in dynamic shared-memory limit of one block, in bytes.
+    """
+
+    cc: int  # 90 for sm_90
+    max_smem_per_block: int
+    suffix: str = ""  # "a" for architecture-specific targets such as sm_90a
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.cc}{self.suffix}"
+
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_GRID_Y = 65535
+# Above this many bytes a kernel must opt in to dynamic shared memory (cudaFuncSetAttribute).
+DEFAULT_SMEM_LIMIT = 48 * 1024
+
+_SMEM_LIMITS = {
+    70: 96 * 1024,
+    75: 64 * 1024,
+    80: 163 * 1024,
+    86: 99 * 1024,
+    87: 163 * 1024,
+    89: 99 * 1024,
+    90: 227 * 1024,
+    100: 227 * 1024,
+    120: 99 * 1024,
+}
+
+KNOWN_ARCHS = tuple(f"sm_{cc}" for cc in _SMEM_LIMITS)
+
+
+def parse_arch(text: str | int) -> Arch:
+    """Parse ``sm_89``, ``sm89``, ``89``, ``8.9`` or ``sm_90a`` into an Arch.
+
+    Raises InvalidParameter naming the known architectures when the text is not one of them.
+    """
+    raw = str(text).strip().lower()
+    m = re.fullmatch(r"(?:sm_?|compute_)?(\d)\.?(\d{1,2})(a?)", raw)
+    if m:
+        cc = int(m.group(1) + m.group(2))
+        if cc in _SMEM_LIMITS:
+            return Arch(cc, _SMEM_LIMITS[cc], m.group(3))
+    raise InvalidParameter(
+        f"unknown GPU architecture {text!r}; allowed: {', '.join(KNOWN_ARCHS)} (e.g. --gpu sm_90)"
+    )
+
+
+def detect_arch() -> Arch | None:
+    """The architecture of GPU 0 as nvidia-smi reports it, or None where there is no GPU."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=False).stdout.split()
+        return parse_arch(out[0]) if out else None
+    except (OSError, subprocess.SubprocessError, InvalidParameter):
+        return None

@@ -1,0 +1,174 @@
+"""nvcc -> cubin on the CPU, with the compiler's resource report and an on-disk cache.
+
+The cache key is the SHA-256 of the source, the target, the flags and the nvcc version, so a
+cached cubin is only reused for exactly the same compile. Entries are written atomically
+(temporary file, then rename), so worker processes can share one cache folder.
+A compile error is a result (``BuildResult.ok`` is False, ``log`` says why), not an exception.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from gemmgen.arch import Arch
+from gemmgen.config import KernelConfig
+from gemmgen.errors import ToolNotFound
+from gemmgen.render import render_kernel
+
+DEFAULT_FLAGS = ("-O3",)
+DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """ptxas's report for one kernel: registers per thread and bytes of stack, spills, smem."""
+
+    registers: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    static_smem_bytes: int = 0
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0 or self.stack_bytes > 0
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    key: str
+    log: str
+    cubin: Path | None = None
+    usage: dict[str, ResourceUsage] = field(default_factory=dict)
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def find_tool(name: str) -> str:
+    """Path of a CUDA tool (nvcc, cuobjdump): PATH, then $CUDA_HOME/bin, /usr/local/cuda/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / name).is_file():
+            return str(Path(root) / "bin" / name)
+    raise ToolNotFound(f"{name} not found on PATH or in $CUDA_HOME/bin; install the CUDA toolkit "
+                       "or put its bin folder on PATH")
+
+
+@lru_cache(maxsize=None)
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def arch_flags(arch: Arch) -> list[str]:
+    if arch.suffix:  # architecture-specific features (wgmma, setmaxnreg) need the "a" target
+        return [f"-gencode=arch=compute_{arch.cc}{arch.suffix},code=sm_{arch.cc}{arch.suffix}"]
+    return [f"-arch=sm_{arch.cc}"]
+
+
+def cache_dir() -> Path:
+    """$GEMMGEN_CACHE, else ~/.cache/gemmgen (XDG_CACHE_HOME respected)."""
+    if os.environ.get("GEMMGEN_CACHE"):
+        return Path(os.environ["GEMMGEN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gemmgen"
+
+
+_FUNC = re.compile(r"(?:Compiling entry function|Function properties for) '?([A-Za-z_]\w*)'?")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_report(text: str) -> dict[str, ResourceUsage]:
+    """Per-kernel resource usage from `ptxas -v` output (as printed through nvcc -Xptxas -v)."""
+    found: dict[str, dict] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNC.search(line)
+        if m:
+            current = found.setdefault(m.group(1), {})
+            continue
+        if current is None:
+            continue
+        if m := _STACK.search(line):
+            current.update(stack_bytes=int(m[1]), spill_store_bytes=int(m[2]), spill_load_bytes=int(m[3]))
+        if m := _USED.search(line):
+            current["registers"] = int(m[1])
+            if s := _SMEM.search(line):
+                current["static_smem_bytes"] = int(s[1])
+    return {name: ResourceUsage(**vals) for name, vals in found.items()}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def build_cubin(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAGS, *, use_cache: bool = True,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> BuildResult:
+    """Compile CUDA source to a cubin for ``arch``.
+
+    Returns a BuildResult; ``ok`` is False with nvcc's message in ``log`` on a compile error or a
+    timeout. Raises ToolNotFound when nvcc is missing.
+    """
+    nvcc = find_tool("nvcc")
+    cmd_flags = [*flags, *arch_flags(arch), "-cubin", "-Xptxas", "-v"]
+    key = hashlib.sha256("\0".join([source, *cmd_flags, nvcc_version(nvcc)]).encode()).hexdigest()[:32]
+    folder = cache_dir()
+    meta_path, cubin_path = folder / f"{key}.json", folder / f"{key}.cubin"
+    if use_cache and meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if not meta["ok"] or cubin_path.is_file():
+            usage = {k: ResourceUsage(**v) for k, v in meta["usage"].items()}
+            return BuildResult(meta["ok"], key, meta["log"], cubin_path if meta["ok"] else None, usage, cached=True)
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gemmgen-") as tmp:
+        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+        src.write_text(source)
+        try:
+            proc = subprocess.run([nvcc, *cmd_flags, str(src), "-o", str(out)], capture_output=True, text=True,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return BuildResult(False, key, f"nvcc timed out after {timeout_s:g} s", seconds=time.monotonic() - start)
+        log = (proc.stdout + proc.stderr).strip()
+        ok = proc.returncode == 0 and out.is_file()
+        usage = parse_ptxas_report(log) if ok else {}
+        seconds = time.monotonic() - start
+        if use_cache:
+            folder.mkdir(parents=True, exist_ok=True)
+            if ok:
+                _atomic_write(cubin_path, out.read_bytes())
+            meta = {"ok": ok, "log": log, "usage": {k: asdict(v) for k, v in usage.items()}}
+            _atomic_write(meta_path, json.dumps(meta).encode())
+            return BuildResult(ok, key, log, cubin_path if ok else None, usage, seconds=seconds)
+        if ok:  # uncached: keep the cubin outside the temporary folder
+            fd, kept = tempfile.mkstemp(suffix=".cubin", prefix="gemmgen-")
+            os.close(fd)
+            shutil.copyfile(out, kept)
+            return BuildResult(True, key, log, Path(kept), usage, seconds=seconds)
+        return BuildResult(False, key, log, seconds=seconds)
+
+
+def build_kernel(config: KernelConfig, **kwargs) -> BuildResult:
+    """Render ``config`` and compile it; see :func:`build_cubin`."""
+    return build_cubin(render_kernel(config), config.arch, **kwargs)
+
+
+def kernel_usage(config: KernelConfig, result: BuildResult) -> ResourceUsage | None:
+    """The resource report of the config's own kernel in a build result."""
+    return result.usage.get(config.name)

@@ -1,0 +1,91 @@
+"""KernelConfig: one validated point of a family's space, and its canonical name.
+
+The canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is built from every parameter
+and the precision. It is the kernel's symbol in the emitted source, the build-cache key (with
+the target architecture) and the database key.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from gemmgen import constraints
+from gemmgen.arch import Arch, parse_arch
+from gemmgen.errors import InvalidParameter, InvalidPoint
+from gemmgen.families import ELEMENT_TYPES, Family, Geometry, get_family
+
+DEFAULT_ARCH = "sm_90"
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """A valid point: family, precision, target architecture and every parameter's value.
+
+    Build one with :func:`make_config`, which validates it.
+    """
+
+    family: Family
+    precision: str
+    arch: Arch
+    values: tuple[tuple[str, int | str], ...]  # in the family's parameter order
+
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(self.values)
+
+    @property
+    def name(self) -> str:
+        return f"{self.family.name}_{self.family.name_format.format(**self.params)}_{self.precision}"
+
+    @cached_property
+    def derived(self) -> dict:
+        return self.family.derive(self.params, self.precision)
+
+    @property
+    def geometry(self) -> Geometry:
+        return self.derived["geometry"]
+
+    @property
+    def element_type(self) -> str:
+        """C type of A and B: float, __half or __nv_bfloat16."""
+        return ELEMENT_TYPES[self.precision][0]
+
+
+def make_config(family: str | Family, params: Mapping[str, object] | None = None,
+                precision: str | None = None, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
+    """Validate a point and return its KernelConfig.
+
+    ``params`` may give any subset of the family's parameters (names are case-insensitive;
+    values may be strings as typed on a command line); the rest take the family's defaults.
+    ``precision`` defaults to the family's first precision.
+
+    Raises InvalidParameter for an unknown family, parameter, precision or architecture or a value
+    outside a parameter's allowed set, and InvalidPoint listing every violated constraint.
+    """
+    fam = family if isinstance(family, Family) else get_family(family)
+    target = arch if isinstance(arch, Arch) else parse_arch(arch)
+    prec = (precision or fam.precisions[0]).strip().lower()
+    if prec not in fam.precisions:
+        raise InvalidParameter(
+            f"family {fam.name!r} does not take precision {precision!r}; allowed: {', '.join(fam.precisions)}")
+    values = dict(fam.defaults)
+    for raw_name, raw_value in (params or {}).items():
+        p = fam.param(str(raw_name))
+        values[p.name] = p.parse(raw_value)
+    config = KernelConfig(fam, prec, target, tuple((p.name, values[p.name]) for p in fam.params))
+    found = constraints.violations(fam, config.params, prec, target, config.derived)
+    if found:
+        raise InvalidPoint(config.name, found)
+    return config
+
+
+def parse_assignments(text: str) -> dict[str, str]:
+    """Parse ``BM=128,BN=64`` into {"BM": "128", "BN": "64"}; raises InvalidParameter if malformed."""
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InvalidParameter(f"cannot read {item!r} in --set; write NAME=VALUE pairs separated by commas, "
+                                   "e.g. --set BM=128,BN=64")
+        out[name.strip()] = value.strip()
+    return out

@@ -1,0 +1,28 @@
+"""Every constraint a point must meet, checked in one place before anything is rendered.
+
+The family declares the constraints particular to it (``Family.check``); the ones that hold for
+every family live here: precision support, threads per block, shared memory per block.
+"""
+
+from gemmgen.arch import MAX_THREADS_PER_BLOCK, Arch
+from gemmgen.families.base import Family, Params
+
+# Lowest compute capability whose tensor cores (or FFMA, for fp32) take each precision.
+PRECISION_MIN_CC = {"fp32": 0, "fp16": 70, "tf32": 80, "bf16": 80}
+
+
+def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
+    """Every violated constraint of the point, one line each with its values; [] if it is valid."""
+    found = list(family.check(params, precision, derived))
+    geometry = derived["geometry"]
+    need = PRECISION_MIN_CC[precision]
+    if arch.cc < need:
+        found.append(f"{precision} needs sm_{need} or newer; target is {arch.name}")
+    if geometry.threads > MAX_THREADS_PER_BLOCK:
+        found.append(f"threads per block = {geometry.threads} exceeds {MAX_THREADS_PER_BLOCK}")
+    if geometry.threads < 1:
+        found.append(f"threads per block = {geometry.threads} must be at least 1")
+    if geometry.smem_bytes > arch.max_smem_per_block:
+        found.append(f"shared memory = {geometry.smem_bytes} bytes exceeds {arch.name}'s limit of "
+                     f"{arch.max_smem_per_block} bytes per block")
+    return found

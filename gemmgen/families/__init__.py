@@ -1,0 +1,18 @@
+"""The registry of kernel families."""
+
+from gemmgen.errors import InvalidParameter
+from gemmgen.families import naive, register, shared, warp, wmma
+from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (m.FAMILY for m in (naive, shared, register, warp, wmma))}
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``; raises InvalidParameter listing the known families."""
+    try:
+        return FAMILIES[name.strip().lower()]
+    except KeyError:
+        raise InvalidParameter(f"unknown family {name!r}; families: {', '.join(FAMILIES)}") from None
+
+
+__all__ = ["ELEMENT_TYPES", "FAMILIES", "Family", "Geometry", "Param", "get_family"]

@@ -1,0 +1,68 @@
+"""warp (FastCuda V4): block tile -> warp tiles (WM x WN) -> thread tiles (TM x TN).
+
+The 32 threads of a warp form a (WM/TM) x (WN/TN) grid. A thread's TM rows (and TN columns) are
+taken in runs of up to 4 consecutive elements, the runs spaced across the warp tile, so that its
+shared-memory reads are 128-bit and conflict-free. A is stored transposed in shared memory
+(BK x BM, padded), B as BK x BN. ``buffers`` = 2 double-buffers shared memory: the next K tile is
+loaded from global memory into registers while the current one is computed.
+"""
+
+from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
+
+A_PAD = 4  # floats; keeps 16-byte alignment of the transposed A rows and spreads their stores
+
+
+def derive(p, precision):
+    warps_m, warps_n = max(p["BM"] // p["WM"], 1), max(p["BN"] // p["WN"], 1)
+    threads = 32 * warps_m * warps_n
+    lda = p["BM"] + A_PAD
+    return {
+        "geometry": Geometry((threads, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
+                             smem_bytes=p["buffers"] * (p["BK"] * lda + p["BK"] * p["BN"]) * 4),
+        "WARPS_M": warps_m,
+        "WARPS_N": warps_n,
+        "WTR": max(p["WM"] // p["TM"], 1),  # thread rows in a warp
+        "WTC": max(p["WN"] // p["TN"], 1),  # thread columns in a warp
+        "VM": min(p["TM"], 4),
+        "VN": min(p["TN"], 4),
+        "LDA": lda,
+        "LDB": p["BN"],
+        "A_ITERS": cdiv(p["BM"] * p["BK"], threads * 4),
+        "B_ITERS": cdiv(p["BK"] * p["BN"], threads * 4),
+    }
+
+
+def check(p, precision, d):
+    v: list[str] = []
+    divides(v, "warp tile must divide block tile", "BM", p["BM"], "WM", p["WM"])
+    divides(v, "warp tile must divide block tile", "BN", p["BN"], "WN", p["WN"])
+    divides(v, "thread tile must divide warp tile", "WM", p["WM"], "TM", p["TM"])
+    divides(v, "thread tile must divide warp tile", "WN", p["WN"], "TN", p["TN"])
+    per_warp = (p["WM"] // p["TM"]) * (p["WN"] // p["TN"])
+    if per_warp != 32:
+        v.append(f"a warp is 32 threads: (WM/TM)*(WN/TN) = ({p['WM']}/{p['TM']})*({p['WN']}/{p['TN']}) "
+                 f"= {per_warp}, must be 32")
+    divides(v, "A is loaded as float4 along K", "BK", p["BK"], "4", 4)
+    return v
+
+
+FAMILY = Family(
+    name="warp",
+    template="warp.cu.j2",
+    doc="warp tiling with 128-bit shared loads, optional double-buffered prefetch",
+    precisions=("fp32",),
+    params=(
+        Param("BM", (32, 64, 128, 256), "rows of C per block"),
+        Param("BN", (32, 64, 128, 256), "columns of C per block"),
+        Param("BK", (4, 8, 16, 32), "depth of one K step staged in shared memory"),
+        Param("WM", (8, 16, 32, 64, 128), "rows of C per warp"),
+        Param("WN", (8, 16, 32, 64, 128), "columns of C per warp"),
+        Param("TM", (2, 4, 8, 16), "rows of C per thread"),
+        Param("TN", (2, 4, 8, 16), "columns of C per thread"),
+        Param("buffers", (1, 2), "shared-memory buffers: 2 = prefetch the next K tile while computing"),
+    ),
+    defaults={"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2},
+    name_format="{BM}x{BN}x{BK}_w{WM}x{WN}_t{TM}x{TN}_b{buffers}",
+    derive=derive,
+    check=check,
+)

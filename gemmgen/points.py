@@ -1,0 +1,98 @@
+"""Named points: the kernels of the seed documents as points of gemmgen's families.
+
+``v1``..``v6`` are the FastCuda guide's six versions with the parameters it gives; ``blog_*``
+are the CUDA-007 blog's kernels. Where a point differs from its seed's code, ``note`` says how;
+the README's table repeats it.
+"""
+
+import re
+from dataclasses import dataclass
+
+from gemmgen.arch import Arch
+from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config
+from gemmgen.errors import InvalidParameter
+from gemmgen.families import FAMILIES
+
+
+@dataclass(frozen=True)
+class NamedPoint:
+    name: str
+    family: str
+    precision: str
+    params: dict
+    source: str
+    note: str = ""
+
+    def config(self, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
+        return make_config(self.family, self.params, self.precision, arch)
+
+
+NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
+    NamedPoint("v1", "naive", "fp32", {"BX": 16, "BY": 16}, "FastCuda V1 (naive)"),
+    NamedPoint("v2", "shared", "fp32", {"TILE": 32, "PAD": 1}, "FastCuda V2 (shared-memory tiles)"),
+    NamedPoint("v3", "register", "fp32",
+               {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "layout": "contig", "vec": 4, "PAD": 0},
+               "FastCuda V3 (register blocking, float4)",
+               "the guide does not say how a thread's 4x4 outputs are placed; gemmgen uses contiguous"),
+    NamedPoint("v4", "warp", "fp32",
+               {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2},
+               "FastCuda V4 (warp tiles, double buffer)",
+               "the guide gives no warp tile; 64x32 makes 8 warps of 8x4 threads with 8x8 outputs each"),
+    NamedPoint("v5", "wmma", "tf32",
+               {"BM": 64, "BN": 64, "BK": 8, "WARPS_M": 4, "WARPS_N": 1, "PAD": 0},
+               "FastCuda V5 (TF32 WMMA 16x16x8)"),
+    NamedPoint("v6", "wmma", "fp16",
+               {"BM": 64, "BN": 64, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "PAD": 8},
+               "FastCuda V6 (FP16 WMMA 16x16x16)",
+               "the guide gives 4 warps but not their layout; gemmgen uses 2x2 (32x32 per warp)"),
+    NamedPoint("blog_naive", "naive", "fp32", {"BX": 16, "BY": 16}, "CUDA-007 gemm_naive",
+               "the blog does not give its launch shape; 16x16 makes it the same kernel as v1"),
+    NamedPoint("blog_tiling_v1", "shared", "fp32", {"TILE": 16, "PAD": 0}, "CUDA-007 gemm_block_tiling_v1",
+               "the blog assumes M, N, K are multiples of 16; gemmgen guards the edges"),
+    NamedPoint("blog_tiling_v2", "register", "fp32",
+               {"BM": 64, "BN": 64, "BK": 64, "TM": 4, "TN": 4, "layout": "strided", "vec": 1, "PAD": 1},
+               "CUDA-007 gemm_block_tiling_v2",
+               "the blog loops k innermost (dot products); gemmgen's register family is an outer product"),
+    NamedPoint("blog_tiling_v3", "register", "fp32",
+               {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "layout": "strided", "vec": 1, "PAD": 0},
+               "CUDA-007 gemm_block_tiling_v3",
+               "the blog loops k innermost (dot products); gemmgen's register family is an outer product"),
+    NamedPoint("blog_tiling_v4", "register", "fp32",
+               {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "layout": "strided", "vec": 1, "PAD": 0},
+               "CUDA-007 gemm_block_tiling_v4 (outer product)"),
+)}
+
+
+def _name_pattern(family) -> re.Pattern:
+    body = re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>[a-z0-9]+)", re.escape(family.name_format))
+    return re.compile(f"{family.name}_{body}_(?P<precision>[a-z0-9]+)")
+
+
+def point_spec(name: str) -> tuple[str, str, dict]:
+    """(family, precision, parameters) of a named point (``v4``) or a canonical name
+    (``warp_128x128x8_w64x32_t8x8_b2_fp32``), not yet validated.
+
+    Raises InvalidParameter when the name is neither.
+    """
+    key = name.strip()
+    if key.lower() in NAMED_POINTS:
+        point = NAMED_POINTS[key.lower()]
+        return point.family, point.precision, dict(point.params)
+    for family in FAMILIES.values():
+        m = _name_pattern(family).fullmatch(key)
+        if m:
+            fields = m.groupdict()
+            precision = fields.pop("precision")
+            return family.name, precision, fields
+    raise InvalidParameter(
+        f"unknown point {name!r}; named points: {', '.join(NAMED_POINTS)} "
+        "(or a canonical name such as warp_128x128x8_w64x32_t8x8_b2_fp32; see `gemmgen list`)")
+
+
+def resolve_point(name: str, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
+    """The validated KernelConfig of a named point or canonical name (see :func:`point_spec`).
+
+    Raises InvalidParameter for an unknown name, InvalidPoint when it breaks a constraint.
+    """
+    family, precision, params = point_spec(name)
+    return make_config(family, params, precision, arch)

@@ -1,0 +1,68 @@
+"""Jinja -> CUDA source for a KernelConfig."""
+
+import shlex
+from functools import lru_cache
+
+import jinja2
+
+from gemmgen import __version__, tolerance
+from gemmgen.arch import MAX_GRID_Y
+from gemmgen.config import KernelConfig
+from gemmgen.paths import templates_dir
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,  # a missing variable is an error, never empty text
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def requirements(config: KernelConfig) -> str:
+    """What the kernel requires of M, N, K, in words (also written in the emitted header)."""
+    return f"{config.family.requires}; M <= {MAX_GRID_Y * config.geometry.tile_m} (grid y limit)"
+
+
+def emit_args(config: KernelConfig, harness: bool = False) -> str:
+    """The `gemmgen emit` arguments that reproduce this source."""
+    sets = ",".join(f"{k}={v}" for k, v in config.values)
+    words = ["--family", config.family.name, "--precision", config.precision, "--set", sets,
+             "--gpu", config.arch.name] + (["--harness"] if harness else [])
+    return shlex.join(words)
+
+
+def render_kernel(config: KernelConfig, harness: bool = False) -> str:
+    """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
+    ``harness``, a main() that checks and times it. Every value in the source comes from a
+    validated KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
+    g = config.geometry
+    u_in, u_acc = tolerance.UNIT_ROUNDOFF[config.precision]
+    template = _environment().get_template(config.family.template)
+    return template.render(
+        version=__version__,
+        name=config.name,
+        family=config.family,
+        param_text=", ".join(f"{k}={v}" for k, v in config.values),
+        p=config.params,
+        d=config.derived,
+        precision=config.precision,
+        T=config.element_type,
+        arch=config.arch.name,
+        block=g.block,
+        threads=g.threads,
+        tile_m=g.tile_m,
+        tile_n=g.tile_n,
+        smem_bytes=g.smem_bytes,
+        max_grid_y=MAX_GRID_Y,
+        max_m=MAX_GRID_Y * g.tile_m,
+        requires=requirements(config),
+        emit_args=emit_args(config, harness),
+        harness=harness,
+        u_in=repr(u_in),
+        u_acc=repr(u_acc),
+    )
