@@ -1,0 +1,68 @@
+"""Search spaces: which values of each parameter the tuner explores, read from
+``search_spaces/<family>.toml``. They hold no constraints: those are the family's."""
+
+import random
+import tomllib
+from dataclasses import dataclass
+
+from gemmgen.errors import GemmgenError
+from gemmgen.families import FAMILIES, get_family
+from gemmgen.paths import search_spaces_dir
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    family: str
+    precisions: tuple[str, ...]
+    params: dict[str, tuple]  # parameter -> values to explore, each allowed by the family
+
+    def sample(self, rng: random.Random) -> dict:
+        """One point drawn uniformly from the space (it may still break a constraint)."""
+        return {name: rng.choice(values) for name, values in self.params.items()}
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for values in self.params.values():
+            n *= len(values)
+        return n
+
+
+def load_space(family: str) -> SearchSpace:
+    """Read and check ``search_spaces/<family>.toml``.
+
+    Raises GemmgenError naming the file and the problem: a missing file, a parameter the family
+    does not have, a value the family does not allow, or a parameter left out.
+    """
+    fam = get_family(family)
+    path = search_spaces_dir() / f"{fam.name}.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise GemmgenError(f"no search space for family {fam.name!r}: {path} is missing") from None
+    except tomllib.TOMLDecodeError as err:
+        raise GemmgenError(f"{path}: not valid TOML: {err}") from None
+    raw = data.get("params")
+    if not isinstance(raw, dict):
+        raise GemmgenError(f"{path}: needs a [params] table listing each parameter's values")
+    params = {}
+    for name, values in raw.items():
+        try:
+            p = fam.param(name)
+            if not isinstance(values, list) or not values:
+                raise GemmgenError(f"{name} must be a non-empty list of values")
+            params[p.name] = tuple(p.parse(v) for v in values)
+        except GemmgenError as err:
+            raise GemmgenError(f"{path}: {err}") from None
+    missing = [p.name for p in fam.params if p.name not in params]
+    if missing:
+        raise GemmgenError(f"{path}: parameters missing from [params]: {', '.join(missing)}")
+    precisions = tuple(data.get("precisions", fam.precisions))
+    bad = [p for p in precisions if p not in fam.precisions]
+    if bad:
+        raise GemmgenError(f"{path}: precisions {bad} not taken by family {fam.name!r} ({', '.join(fam.precisions)})")
+    return SearchSpace(fam.name, precisions, {p.name: params[p.name] for p in fam.params})
+
+
+def all_spaces() -> dict[str, SearchSpace]:
+    return {name: load_space(name) for name in FAMILIES}

@@ -1,0 +1,41 @@
+"""Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
+
+This is the one place that decides; tests only mark themselves.
+"""
+
+import shutil
+import subprocess
+from functools import lru_cache
+
+import pytest
+
+from gemmgen.build import find_tool
+from gemmgen.errors import ToolNotFound
+
+
+@lru_cache(maxsize=None)
+def nvcc_missing() -> str | None:
+    try:
+        find_tool("nvcc")
+        return None
+    except ToolNotFound as err:
+        return str(err)
+
+
+@lru_cache(maxsize=None)
+def gpu_missing() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "no NVIDIA GPU here (nvidia-smi not found); run `pytest -m gpu` on the GPU machine"
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    if out.returncode != 0 or "GPU" not in out.stdout:
+        return f"no NVIDIA GPU visible to nvidia-smi: {out.stdout.strip() or out.stderr.strip()}"
+    return nvcc_missing()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "gpu" in item.keywords and gpu_missing():
+            item.add_marker(pytest.mark.skip(reason=gpu_missing()))
+        elif "nvcc" in item.keywords and nvcc_missing():
+            item.add_marker(pytest.mark.skip(reason=f"nvcc not available: {nvcc_missing()}"))
