@@ -45,19 +45,28 @@ def load_space(family: str) -> SearchSpace:
     raw = data.get("params")
     if not isinstance(raw, dict):
         raise GemmgenError(f"{path}: needs a [params] table listing each parameter's values")
+    if data.get("family", fam.name) != fam.name:
+        raise GemmgenError(f"{path}: says family = {data['family']!r}, but the file is {fam.name!r}'s")
     params = {}
     for name, values in raw.items():
         try:
             p = fam.param(name)
             if not isinstance(values, list) or not values:
                 raise GemmgenError(f"{name} must be a non-empty list of values")
-            params[p.name] = tuple(p.parse(v) for v in values)
+            kind = type(p.choices[0])
+            wrong = [v for v in values if type(v) is not kind]
+            if wrong:
+                raise GemmgenError(f"{name}: {wrong} are not {kind.__name__} values")
+            params[p.name] = tuple(dict.fromkeys(p.parse(v) for v in values))  # in order, without repeats
         except GemmgenError as err:
             raise GemmgenError(f"{path}: {err}") from None
     missing = [p.name for p in fam.params if p.name not in params]
     if missing:
         raise GemmgenError(f"{path}: parameters missing from [params]: {', '.join(missing)}")
-    precisions = tuple(data.get("precisions", fam.precisions))
+    precisions = data.get("precisions", list(fam.precisions))
+    if not isinstance(precisions, list) or not precisions:
+        raise GemmgenError(f"{path}: precisions must be a non-empty list, e.g. {list(fam.precisions)}")
+    precisions = tuple(precisions)
     bad = [p for p in precisions if p not in fam.precisions]
     if bad:
         raise GemmgenError(f"{path}: precisions {bad} not taken by family {fam.name!r} ({', '.join(fam.precisions)})")

@@ -5,6 +5,7 @@ Constraints shared by every family (threads per block, shared memory, architectu
 in :mod:`gemmgen.constraints`, so a family only states what is its own.
 """
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -39,10 +40,7 @@ class Param:
         is_int = isinstance(self.choices[0], int)
         value: object = raw
         if is_int and isinstance(raw, str):
-            try:
-                value = int(raw.strip(), 10)
-            except ValueError:
-                value = raw
+            value = int(raw.strip()) if re.fullmatch(r"\d+", raw.strip()) else raw
         elif isinstance(raw, str):
             value = raw.strip().lower()
         if isinstance(value, bool) or value not in self.choices or type(value) is not type(self.choices[0]):
@@ -68,7 +66,7 @@ class Geometry:
         return (-(-n // self.tile_n), -(-m // self.tile_m), 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # families are singletons: compared and hashed by identity
 class Family:
     """One algorithm family: a template in templates/ and the rules of its parameter space.
 

@@ -10,6 +10,7 @@ from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, cdiv, 
 
 FRAG_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 C_PAD = 4  # floats per staged C row; store_matrix_sync needs a multiple of 4
+MAX_ACC_REGS = 128
 
 
 def derive(p, precision):
@@ -41,6 +42,10 @@ def check(p, precision, d):
     divides(v, "each warp's columns must be whole 16-column fragments", "BN", p["BN"], "16*WARPS_N",
             16 * p["WARPS_N"])
     divides(v, f"a {precision} fragment is {FRAG_K[precision]} deep", "BK", p["BK"], "fragment K", FRAG_K[precision])
+    acc_regs = d["FM"] * d["FN"] * 8  # a 16x16 fp32 accumulator fragment is 8 registers per thread
+    if acc_regs > MAX_ACC_REGS:
+        v.append(f"accumulators need FM*FN*8 = {d['FM']}*{d['FN']}*8 = {acc_regs} registers per thread; "
+                 f"at most {MAX_ACC_REGS} leave room for the fragments of A and B without spilling")
     esize = ELEMENT_TYPES[precision][1]
     if (p["PAD"] * esize) % 16:
         v.append(f"wmma needs shared-memory rows in multiples of 16 bytes: PAD={p['PAD']} {precision} elements "
