@@ -1,4 +1,4 @@
-"""The `gemmgen` command line: list, emit, build.
+"""The `gemmgen` command line: list, emit, build, bench, results, best.
 
 Errors the user can fix print one message on stderr and exit with status 2; `emit` writes only
 CUDA source to stdout.
@@ -10,7 +10,7 @@ import sys
 from gemmgen import __version__
 from gemmgen.arch import Arch, detect_arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config, parse_assignments
-from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.points import NAMED_POINTS, point_spec
 from gemmgen.render import render_kernel
@@ -65,8 +65,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_emit(args: argparse.Namespace) -> int:
     source = render_kernel(select_config(args), harness=args.harness)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(source)
+        try:
+            with open(args.output, "w") as f:
+                f.write(source)
+        except OSError as err:
+            raise GemmgenError(f"cannot write {args.output}: {err.strerror}") from None
         print(f"gemmgen: wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(source)
@@ -90,6 +93,99 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"  registers {usage.registers}, stack {usage.stack_bytes} bytes, spill stores "
               f"{usage.spill_store_bytes} bytes, spill loads {usage.spill_load_bytes} bytes")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.measure import Bench
+    from gemmgen.problem import parse_shape
+    from gemmgen.report import format_rows
+    from gemmgen.runtime import Gpu
+
+    shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
+    labels = [p.strip() for p in args.points]
+    specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
+    precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or ["fp32", "tf32", "fp16", "bf16"]
+    url = resolve_url(args.db)
+    db = ResultsDB(url)
+    with Gpu() as gpu:
+        configs, infeasible = {}, {}
+        for label, (family, precision, params) in specs.items():
+            try:
+                configs[label] = make_config(family, params, precision, gpu.info.arch)
+            except InvalidPoint as err:
+                infeasible[label] = err
+        for label, err in infeasible.items():
+            print(f"gemmgen: {label} cannot run on {gpu.info.arch.name}, skipped: {err}", file=sys.stderr)
+        bench = Bench(gpu, db, tag="bench", seed=args.seed)
+        jobs = [(shape, prec, label) for shape in shapes for prec in precisions
+                for label in ["cublas"] + [lb for lb, c in configs.items() if c.precision == prec]]
+        rows = []
+        baseline = {}
+        print(f"gemmgen bench on {gpu.info.name} ({gpu.info.arch.name}); results in {url}", file=sys.stderr)
+        try:
+            for i, (shape, prec, label) in enumerate(jobs, 1):
+                print(f"[{i}/{len(jobs)}] {shape} {prec} {label} ...", file=sys.stderr, flush=True)
+                if label == "cublas":
+                    m = bench.measure_cublas(prec, shape)
+                    baseline[(shape, prec)] = m.tflops
+                else:
+                    m = bench.measure_point(label, configs[label], shape)
+                base = baseline.get((shape, prec))
+                rows.append({
+                    "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
+                    "ms": m.timing.median_ms if m.timing else None, "TFLOP/s": m.tflops,
+                    "% cuBLAS": 100.0 * m.tflops / base if m.tflops and base else None,
+                    "rel_err": m.rel_error, "status": m.status,
+                })
+                if m.status != "ok":
+                    print(f"    {m.status}: {m.message.splitlines()[0] if m.message else ''}", file=sys.stderr)
+        finally:
+            bench.close()
+    print(format_rows(rows, list(rows[0]) if rows else [], args.format))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+RESULT_COLUMNS = ["kernel", "precision", "arch", "device", "M", "N", "K", "status", "median_ms", "tflops",
+                  "rel_error", "created_at"]
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.problem import parse_shape
+    from gemmgen.report import format_rows
+
+    shape = parse_shape(args.shape) if args.shape else None
+    arch = parse_arch(args.gpu).name if args.gpu else None
+    db = ResultsDB(resolve_url(args.db))
+    rows = db.results(family=args.family, precision=args.precision, arch=arch, device=args.device,
+                      shape=(shape.m, shape.n, shape.k) if shape else None, status=args.status, sort=args.sort,
+                      descending=not args.ascending, limit=args.limit)
+    print(format_rows([r.as_dict() for r in rows], RESULT_COLUMNS, args.format))
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.problem import parse_shape
+
+    shape = parse_shape(args.shape)
+    arch = parse_arch(args.gpu).name if args.gpu else None
+    db = ResultsDB(resolve_url(args.db))
+    row = db.best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k), arch=arch)
+    if row is None:
+        print(f"gemmgen: no verified {args.family} {args.precision} measurement at {shape}"
+              f"{' on ' + arch if arch else ''} in {resolve_url(args.db)}", file=sys.stderr)
+        return 1
+    print(f"{row.kernel}  {row.tflops:.2f} TFLOP/s  on {row.device} ({row.arch})")
+    print("  " + ", ".join(f"{k}={v}" for k, v in row.params.items()))
+    print(f"  emit: gemmgen emit {row.kernel} --gpu {row.arch}")
+    return 0
+
+
+def _add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="URL", help="results database: a SQLAlchemy URL or a SQLite file "
+                        "(default: $GEMMGEN_DB, else results/gemmgen.db)")
 
 
 def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +216,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_point_arguments(p)
     p.add_argument("--no-cache", action="store_true", help="compile even if a cached cubin exists")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("bench", help="verify and time points and cuBLAS on the GPU; store every result")
+    p.add_argument("points", nargs="+", metavar="POINT", help="named points, canonical names, or cublas")
+    p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
+                   "cube (default 4096)")
+    p.add_argument("--seed", type=int, help="seed of the random inputs")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    _add_db_argument(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("results", help="query stored measurements")
+    p.add_argument("--family")
+    p.add_argument("--precision")
+    p.add_argument("--gpu", metavar="ARCH", help="target architecture, e.g. sm_90")
+    p.add_argument("--device", help="part of the device name, e.g. H100")
+    p.add_argument("--shape", metavar="MxNxK")
+    p.add_argument("--status", choices=["ok", "wrong_result", "compile_error", "launch_error", "infeasible"])
+    p.add_argument("--sort", default="tflops", help="column to sort by (default tflops)")
+    p.add_argument("--ascending", action="store_true")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    _add_db_argument(p)
+    p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("best", help="the fastest verified kernel of a family for a precision and shape")
+    p.add_argument("--family", required=True)
+    p.add_argument("--precision", required=True)
+    p.add_argument("--shape", required=True, metavar="MxNxK")
+    p.add_argument("--gpu", metavar="ARCH")
+    _add_db_argument(p)
+    p.set_defaults(func=cmd_best)
     return parser
 
 
@@ -133,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        print("gemmgen: interrupted", file=sys.stderr)
+        print("gemmgen: interrupted; every measurement taken so far is stored", file=sys.stderr)
         return 130
 
 

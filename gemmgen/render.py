@@ -1,5 +1,6 @@
 """Jinja -> CUDA source for a KernelConfig."""
 
+import hashlib
 import shlex
 from functools import lru_cache
 
@@ -66,3 +67,16 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         u_in=repr(u_in),
         u_acc=repr(u_acc),
     )
+
+
+def template_hash(config: KernelConfig) -> str:
+    """SHA-256 (first 16 hex digits) of the template files a config's source is made from."""
+    folder = templates_dir()
+    digest = hashlib.sha256()
+    for name in ("base.cu.j2", "common.cuh.j2", config.family.template):
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -1,0 +1,495 @@
+"""The results database: devices, kernels, problems and one row per measurement.
+
+Any SQLAlchemy URL works; the default is a SQLite file, ``results/gemmgen.db``. Only portable
+column types are used (JSON for a kernel's parameters), so the same schema runs on SQLite and
+PostgreSQL. Column names are lower case (``m``, ``bm``) so hand-written SQL needs no quoting on
+PostgreSQL; the ORM attributes keep the usual capitals (``Problem.M``, ``Kernel.BM``).
+
+``device()``, ``kernel()`` and ``problem()`` get or create a row and return its id. ``record()``
+inserts one measurement and commits at once, so a crash or Ctrl-C loses nothing already recorded.
+Worker processes may share one database: a get-or-create that loses a race re-reads the winner's
+row, and SQLite connections wait up to 30 s for a lock.
+"""
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import (JSON, DateTime, Double, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint, case, create_engine, event, func, select)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+import gemmgen
+from gemmgen.errors import GemmgenError
+
+DEFAULT_URL = "sqlite:///results/gemmgen.db"
+ENV_VAR = "GEMMGEN_DB"
+STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
+SQLITE_LOCK_TIMEOUT_S = 30
+
+
+class ResultsDBError(GemmgenError):
+    """The results database cannot be opened or queried as asked (bad URL, driver, sort key, ...)."""
+
+
+# ---- URL ----------------------------------------------------------------------------------------
+
+def resolve_url(value: str | None) -> str:
+    """The database URL: ``value`` (from --db), else $GEMMGEN_DB, else DEFAULT_URL.
+
+    A value without ``://`` is a file path and becomes ``sqlite:///<path>`` (``~`` is expanded).
+    For a SQLite file URL the parent folder is created if missing (ResultsDBError if it cannot be).
+    """
+    url = value or os.environ.get(ENV_VAR) or DEFAULT_URL
+    if "://" not in url:
+        url = "sqlite:///" + os.path.expanduser(url)
+    _make_sqlite_parent(url)
+    return url
+
+
+def hide_password(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite file URL; None for other databases, in-memory and URI-style names."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.query.get("uri"):
+        return None
+    if not parsed.database or parsed.database == ":memory:" or parsed.database.startswith("file:"):
+        return None
+    return Path(parsed.database)
+
+
+def _make_sqlite_parent(url: str) -> None:
+    path = _sqlite_file(url)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ResultsDBError(f"cannot open results database {hide_password(url)}: cannot create folder "
+                             f"{path.parent}: {err.strerror or err}") from err
+
+
+def _one_line(text: str, secret: str | None) -> str:
+    """``text`` on one line, with ``secret`` (a password) hidden where it stands as a word."""
+    line = " ".join(str(text).split())
+    return re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", line) if secret else line
+
+
+def _cause(err: BaseException) -> str:
+    if isinstance(err, ImportError):
+        return f"its Python driver is not installed ({err}); pip install the driver for this database"
+    if isinstance(err, NoSuchModuleError):
+        return f"unknown database type ({err}); use e.g. sqlite:///path/to/file.db or postgresql://..."
+    if isinstance(err, DBAPIError) and err.orig is not None:
+        return str(err.orig)
+    return str(err).split("\n(Background on this error")[0]
+
+
+# ---- schema -------------------------------------------------------------------------------------
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Device(Base):
+    """One GPU as seen at measurement time; a new driver or clock makes a new row."""
+
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("name", "arch", "sm_count", "clock_mhz", "memory_clock_mhz",
+                                       "driver_version", "cuda_version", name="uq_devices_all"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    arch: Mapped[str] = mapped_column(String(32))  # e.g. sm_90
+    sm_count: Mapped[int] = mapped_column(Integer)
+    clock_mhz: Mapped[int] = mapped_column(Integer)
+    memory_clock_mhz: Mapped[int] = mapped_column(Integer)
+    driver_version: Mapped[str] = mapped_column(String(64))
+    cuda_version: Mapped[str] = mapped_column(String(64))
+
+
+class Kernel(Base):
+    """One compiled kernel: canonical name, target and the hashes of what produced its source."""
+
+    __tablename__ = "kernels"
+    __table_args__ = (UniqueConstraint("name", "arch", "source_hash", name="uq_kernels_name_arch_source"),
+                      Index("ix_kernels_family_precision_arch", "family", "precision", "arch"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))  # e.g. warp_128x128x8_w64x32_t8x8_b2_fp32, cublas_fp32
+    family: Mapped[str] = mapped_column(String(64))  # e.g. warp, cublas
+    precision: Mapped[str] = mapped_column(String(16))
+    arch: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict] = mapped_column(JSON)
+    BM: Mapped[int | None] = mapped_column("bm", Integer, index=True)
+    BN: Mapped[int | None] = mapped_column("bn", Integer, index=True)
+    BK: Mapped[int | None] = mapped_column("bk", Integer, index=True)
+    template_hash: Mapped[str] = mapped_column(String(128), default="")
+    source_hash: Mapped[str] = mapped_column(String(128), default="")
+
+
+class Problem(Base):
+    """One GEMM: C = alpha * A @ B + beta * C with A of M x K, B of K x N."""
+
+    __tablename__ = "problems"
+    __table_args__ = (UniqueConstraint("m", "n", "k", "alpha", "beta", name="uq_problems_all"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    M: Mapped[int] = mapped_column("m", Integer)
+    N: Mapped[int] = mapped_column("n", Integer)
+    K: Mapped[int] = mapped_column("k", Integer)
+    alpha: Mapped[float] = mapped_column(Double)
+    beta: Mapped[float] = mapped_column(Double)
+
+
+class Measurement(Base):
+    """One attempt to run one kernel on one device for one problem, whatever its outcome."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        Index("ix_measurements_lookup", "kernel_id", "device_id", "problem_id", "created_at"),  # find()
+        Index("ix_measurements_problem_status_tflops", "problem_id", "status", "tflops"),  # best()
+        Index("ix_measurements_status", "status"),
+        Index("ix_measurements_tag", "tag"),
+        Index("ix_measurements_device", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    status: Mapped[str] = mapped_column(String(32))  # one of STATUSES
+    median_ms: Mapped[float | None] = mapped_column(Double)
+    min_ms: Mapped[float | None] = mapped_column(Double)
+    max_ms: Mapped[float | None] = mapped_column(Double)
+    runs: Mapped[int | None] = mapped_column(Integer)
+    tflops: Mapped[float | None] = mapped_column(Double)
+    rel_error: Mapped[float | None] = mapped_column(Double)
+    message: Mapped[str] = mapped_column(Text, default="")  # compiler / driver / verification message
+    registers: Mapped[int | None] = mapped_column(Integer)
+    smem_bytes: Mapped[int | None] = mapped_column(Integer)
+    spill_bytes: Mapped[int | None] = mapped_column(Integer)
+    gemmgen_version: Mapped[str] = mapped_column(String(32))
+    tag: Mapped[str | None] = mapped_column(String(128))  # e.g. "bench" or a study name
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 default=lambda: datetime.now(timezone.utc))
+
+
+# ---- rows for printing --------------------------------------------------------------------------
+
+@dataclass
+class ResultRow:
+    """One measurement, flattened with its kernel, device and problem; ``created_at`` is ISO 8601 UTC."""
+
+    measurement_id: int
+    kernel: str
+    family: str
+    precision: str
+    arch: str  # the kernel's target
+    device: str
+    M: int
+    N: int
+    K: int
+    alpha: float
+    beta: float
+    status: str
+    median_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    tflops: float | None
+    rel_error: float | None
+    registers: int | None
+    smem_bytes: int | None
+    spill_bytes: int | None
+    params: dict
+    message: str
+    tag: str | None
+    created_at: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Sort key -> column. Every ResultRow field but params.
+_SORT_COLUMNS = {
+    "measurement_id": Measurement.id, "kernel": Kernel.name, "family": Kernel.family,
+    "precision": Kernel.precision, "arch": Kernel.arch, "device": Device.name,
+    "M": Problem.M, "N": Problem.N, "K": Problem.K, "alpha": Problem.alpha, "beta": Problem.beta,
+    "status": Measurement.status, "median_ms": Measurement.median_ms, "min_ms": Measurement.min_ms,
+    "max_ms": Measurement.max_ms, "tflops": Measurement.tflops, "rel_error": Measurement.rel_error,
+    "registers": Measurement.registers, "smem_bytes": Measurement.smem_bytes,
+    "spill_bytes": Measurement.spill_bytes, "message": Measurement.message, "tag": Measurement.tag,
+    "created_at": Measurement.created_at,
+}
+SORT_KEYS = tuple(_SORT_COLUMNS)
+
+
+def _iso_utc(value: datetime) -> str:
+    if value.tzinfo is None:  # SQLite keeps no offset; stored values are UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat()
+
+
+def _row(m: Measurement, k: Kernel, d: Device, p: Problem) -> ResultRow:
+    return ResultRow(
+        measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, arch=k.arch,
+        device=d.name, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
+        median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, tflops=m.tflops, rel_error=m.rel_error,
+        registers=m.registers, smem_bytes=m.smem_bytes, spill_bytes=m.spill_bytes,
+        params=dict(k.params or {}), message=m.message or "", tag=m.tag, created_at=_iso_utc(m.created_at))
+
+
+def _opt(kind, value):
+    return None if value is None else kind(value)
+
+
+def _plain(value):
+    """A JSON-safe scalar: numpy numbers become Python numbers."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+# ---- the database -------------------------------------------------------------------------------
+
+class ResultsDB:
+    """A connection to a results database; creates the tables that are missing.
+
+    Raises ResultsDBError (one line: the URL with its password hidden, and the cause) when the
+    URL is malformed, its driver is not installed or the database cannot be reached.
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        shown = hide_password(url)
+        try:
+            secret = make_url(url).password
+        except (ArgumentError, ValueError):
+            secret = None
+        _make_sqlite_parent(url)
+        engine = None
+        try:
+            sqlite = make_url(url).get_backend_name() == "sqlite"
+            engine = create_engine(url, connect_args={"timeout": SQLITE_LOCK_TIMEOUT_S} if sqlite else {})
+            if sqlite:
+                event.listen(engine, "connect", _sqlite_foreign_keys)
+            with engine.connect():  # fails fast, and alone, where the server cannot be reached
+                pass
+            _create_tables(engine)
+        except (SQLAlchemyError, ImportError, ValueError) as err:
+            if engine is not None:
+                engine.dispose()
+            raise ResultsDBError(f"cannot open results database {shown}: "
+                                 f"{_one_line(_cause(err), secret)}") from err
+        self._engine: Engine = engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> "ResultsDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- get or create ---------------------------------------------------------------------------
+
+    def _get_or_create(self, model, key: dict, extra: dict | None = None) -> int:
+        query = select(model.id).filter_by(**key)
+        with Session(self._engine, expire_on_commit=False) as session:
+            found = session.scalar(query)
+            if found is not None:
+                return found
+            row = model(**key, **(extra or {}))
+            session.add(row)
+            try:
+                session.commit()
+                return row.id
+            except IntegrityError:  # another process inserted it first
+                session.rollback()
+                found = session.scalar(query)
+                if found is None:
+                    raise
+                return found
+
+    def device(self, *, name: str, arch: str, sm_count: int, clock_mhz: int, memory_clock_mhz: int,
+               driver_version: str, cuda_version: str) -> int:
+        """Id of the device row with exactly these values (created if new)."""
+        return self._get_or_create(Device, dict(
+            name=str(name), arch=str(arch), sm_count=int(sm_count), clock_mhz=int(clock_mhz),
+            memory_clock_mhz=int(memory_clock_mhz), driver_version=str(driver_version),
+            cuda_version=str(cuda_version)))
+
+    def kernel(self, *, name: str, family: str, precision: str, arch: str, params: dict,
+               template_hash: str = "", source_hash: str = "") -> int:
+        """Id of the kernel (name, arch, source_hash), created if new.
+
+        On creation BM, BN and BK are copied from ``params`` where present; an existing row is
+        returned as it is (its family, precision and params are not compared or updated).
+        """
+        params = {str(k): _plain(v) for k, v in (params or {}).items()}
+        tiles = {key: int(params[key]) if isinstance(params.get(key), int) else None
+                 for key in ("BM", "BN", "BK")}
+        return self._get_or_create(
+            Kernel, dict(name=str(name), arch=str(arch), source_hash=str(source_hash or "")),
+            dict(family=str(family), precision=str(precision), params=params,
+                 template_hash=str(template_hash or ""), **tiles))
+
+    def problem(self, M: int, N: int, K: int, alpha: float, beta: float) -> int:
+        """Id of the problem (M, N, K, alpha, beta), created if new."""
+        return self._get_or_create(Problem, dict(M=int(M), N=int(N), K=int(K),
+                                                 alpha=float(alpha), beta=float(beta)))
+
+    # -- measurements ----------------------------------------------------------------------------
+
+    def record(self, *, kernel_id: int, device_id: int, problem_id: int, status: str,
+               median_ms: float | None = None, min_ms: float | None = None, max_ms: float | None = None,
+               runs: int | None = None, tflops: float | None = None, rel_error: float | None = None,
+               message: str = "", registers: int | None = None, smem_bytes: int | None = None,
+               spill_bytes: int | None = None, tag: str | None = None) -> int:
+        """Insert one measurement, commit it, and return its id.
+
+        Raises ValueError for a status not in STATUSES, or ids that name no kernel, device or
+        problem (SQLite enforces the foreign keys here too).
+        """
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+        row = Measurement(
+            kernel_id=int(kernel_id), device_id=int(device_id), problem_id=int(problem_id), status=status,
+            median_ms=_opt(float, median_ms), min_ms=_opt(float, min_ms), max_ms=_opt(float, max_ms),
+            runs=_opt(int, runs), tflops=_opt(float, tflops), rel_error=_opt(float, rel_error),
+            message=message or "", registers=_opt(int, registers), smem_bytes=_opt(int, smem_bytes),
+            spill_bytes=_opt(int, spill_bytes), gemmgen_version=gemmgen.__version__,
+            tag=_opt(str, tag), created_at=datetime.now(timezone.utc))
+        with Session(self._engine, expire_on_commit=False) as session:
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError as err:
+                raise ValueError(f"cannot record measurement: kernel_id={kernel_id}, device_id={device_id} "
+                                 f"and problem_id={problem_id} must name existing rows "
+                                 f"({_one_line(_cause(err), None)})") from err
+            return row.id
+
+    def find(self, *, kernel_name: str, arch: str, source_hash: str, device_id: int, problem_id: int,
+             statuses: Iterable[str] = ("ok",)) -> ResultRow | None:
+        """The latest measurement of this kernel build on this device and problem whose status is
+        one of ``statuses``; None if there is none."""
+        query = (self._joined()
+                 .where(Kernel.name == kernel_name, Kernel.arch == arch,
+                        Kernel.source_hash == (source_hash or ""),
+                        Measurement.device_id == device_id, Measurement.problem_id == problem_id,
+                        Measurement.status.in_(list(statuses)))
+                 .order_by(Measurement.created_at.desc(), Measurement.id.desc())
+                 .limit(1))
+        rows = self._fetch(query)
+        return rows[0] if rows else None
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _joined():
+        return (select(Measurement, Kernel, Device, Problem)
+                .join(Kernel, Measurement.kernel_id == Kernel.id)
+                .join(Device, Measurement.device_id == Device.id)
+                .join(Problem, Measurement.problem_id == Problem.id))
+
+    def _fetch(self, query) -> list[ResultRow]:
+        with Session(self._engine) as session:
+            return [_row(*r) for r in session.execute(query).all()]
+
+    def results(self, *, family: str | None = None, precision: str | None = None, arch: str | None = None,
+                device: str | None = None, shape: tuple[int, int, int] | None = None,
+                status: str | Iterable[str] | None = None, tag: str | None = None, sort: str = "tflops",
+                descending: bool = True, limit: int | None = None) -> list[ResultRow]:
+        """Measurements matching every filter given, sorted by ``sort`` with NULLs last.
+
+        family, precision, arch (the kernel's) and tag match exactly; ``device`` is a
+        case-insensitive substring of the device name; ``shape`` is (M, N, K); ``status`` is one
+        status or several. Ties are broken by the newest measurement first. Raises ResultsDBError
+        for an unknown sort key or status, a malformed shape or a negative limit.
+        """
+        if sort not in _SORT_COLUMNS:
+            raise ResultsDBError(f"cannot sort by {sort!r}; sort keys: {', '.join(SORT_KEYS)}")
+        query = self._joined()
+        if family is not None:
+            query = query.where(Kernel.family == family)
+        if precision is not None:
+            query = query.where(Kernel.precision == precision)
+        if arch is not None:
+            query = query.where(Kernel.arch == arch)
+        if device is not None:
+            query = query.where(func.lower(Device.name).contains(device.lower(), autoescape=True))
+        if shape is not None:
+            M, N, K = _shape(shape)
+            query = query.where(Problem.M == M, Problem.N == N, Problem.K == K)
+        if status is not None:
+            wanted = [status] if isinstance(status, str) else list(status)
+            unknown = [s for s in wanted if s not in STATUSES]
+            if unknown:
+                raise ResultsDBError(f"unknown status {unknown[0]!r}; statuses: {', '.join(STATUSES)}")
+            query = query.where(Measurement.status.in_(wanted))
+        if tag is not None:
+            query = query.where(Measurement.tag == tag)
+        column = _SORT_COLUMNS[sort]
+        query = query.order_by(case((column.is_(None), 1), else_=0),  # NULLs last, both directions
+                               column.desc() if descending else column.asc(),
+                               Measurement.id.desc())
+        if limit is not None:
+            if int(limit) < 0:
+                raise ResultsDBError(f"limit must be 0 or more; got {limit}")
+            query = query.limit(int(limit))
+        return self._fetch(query)
+
+    def best(self, *, family: str, precision: str, shape: tuple[int, int, int],
+             arch: str | None = None) -> ResultRow | None:
+        """The fastest (highest TFLOP/s) measurement with status "ok" of this family and precision
+        at ``shape`` (M, N, K), on any device, optionally only kernels built for ``arch``."""
+        M, N, K = _shape(shape)
+        query = self._joined().where(Kernel.family == family, Kernel.precision == precision,
+                                     Problem.M == M, Problem.N == N, Problem.K == K,
+                                     Measurement.status == "ok", Measurement.tflops.is_not(None))
+        if arch is not None:
+            query = query.where(Kernel.arch == arch)
+        rows = self._fetch(query.order_by(Measurement.tflops.desc(), Measurement.id.desc()).limit(1))
+        return rows[0] if rows else None
+
+
+def _shape(shape) -> tuple[int, int, int]:
+    try:
+        M, N, K = (int(x) for x in shape)
+    except (TypeError, ValueError) as err:
+        raise ResultsDBError(f"shape must be three integers (M, N, K); got {shape!r}") from err
+    return M, N, K
+
+
+def _create_tables(engine: Engine, attempts: int = 5) -> None:
+    """create_all, tolerating other processes that create the same tables at the same moment."""
+    for attempt in range(attempts):
+        try:
+            Base.metadata.create_all(engine)
+            return
+        except DBAPIError:  # "table ... already exists": a concurrent create won; check again
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _sqlite_foreign_keys(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -1,0 +1,246 @@
+"""Measuring on the GPU: build, verify, time and record one point (or the cuBLAS baseline) at
+one shape. Every outcome, including compile errors and wrong results, is recorded in the
+results database and committed at once.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmgen import verify
+from gemmgen.build import build_kernel, kernel_usage
+from gemmgen.config import KernelConfig
+from gemmgen.cublas import BASELINE_API, Cublas
+from gemmgen.db import ResultsDB
+from gemmgen.errors import GemmgenError
+from gemmgen.families import ELEMENT_TYPES
+from gemmgen.problem import Shape
+from gemmgen.render import render_kernel, source_hash, template_hash
+from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_launches
+
+# Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
+Runner = Callable[[float, float], None]
+
+
+class ContextLost(GemmgenError):
+    """A fault left the CUDA context unusable; nothing more can run in this process."""
+
+
+@dataclass
+class Measured:
+    label: str  # as asked: v4, cublas, or a canonical name
+    kernel: str  # canonical name
+    precision: str
+    shape: Shape
+    status: str  # ok, wrong_result, compile_error, launch_error, infeasible
+    timing: Timing | None = None
+    rel_error: float | None = None
+    message: str = ""
+
+    @property
+    def tflops(self) -> float | None:
+        return self.shape.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.timing else None
+
+
+class Operands:
+    """Device buffers of one shape and precision, with the host copies of their contents."""
+
+    def __init__(self, gpu: Gpu, shape: Shape, precision: str):
+        self.gpu, self.shape, self.precision = gpu, shape, precision
+        esize = ELEMENT_TYPES[precision][1]
+        drv = gpu.drv
+        m, n, k = shape.m, shape.n, shape.k
+        self.a = drv.mem_alloc(m * k * esize)
+        self.b = drv.mem_alloc(k * n * esize)
+        self.c = drv.mem_alloc(m * n * 4)
+        self.c0 = drv.mem_alloc(m * n * 4)
+        self.host_a = self.host_b = self.host_c0 = None
+
+    def fill(self, rng: np.random.Generator) -> None:
+        """Fresh random A, B and C0 (uniform(-1, 1), never zeros), on the host and the device."""
+        m, n, k = self.shape.m, self.shape.n, self.shape.k
+        self.host_a = verify.random_matrix(rng, m, k, self.precision)
+        self.host_b = verify.random_matrix(rng, k, n, self.precision)
+        self.host_c0 = rng.uniform(-1.0, 1.0, size=(m, n)).astype(np.float32)
+        drv = self.gpu.drv
+        drv.memcpy_htod(self.a, self.host_a)
+        drv.memcpy_htod(self.b, self.host_b)
+        drv.memcpy_htod(self.c0, self.host_c0)
+
+    def reset_c(self, beta: float) -> None:
+        """C = NaN everywhere when beta == 0 (unwritten elements then fail), else C = C0."""
+        drv = self.gpu.drv
+        if beta == 0.0:
+            drv.memset_d8(self.c, 0xFF, self.shape.m * self.shape.n * 4)
+        else:
+            drv.memcpy_dtod(self.c, self.c0, self.shape.m * self.shape.n * 4)
+
+    def download_c(self) -> np.ndarray:
+        out = np.empty((self.shape.m, self.shape.n), dtype=np.float32)
+        self.gpu.drv.memcpy_dtoh(out, self.c)
+        return out
+
+    def free(self) -> None:
+        for buf in (self.a, self.b, self.c, self.c0):
+            buf.free()
+
+
+class Bench:
+    """Measures points and baselines on one GPU and records every outcome in ``db``."""
+
+    def __init__(self, gpu: Gpu, db: ResultsDB, *, tag: str | None = "bench", seed: int | None = None,
+                 min_total_ms: float = 300.0):
+        self.gpu, self.db, self.tag, self.min_total_ms = gpu, db, tag, min_total_ms
+        self.rng = np.random.default_rng(seed)
+        self.cublas = Cublas()
+        info = gpu.info
+        self.device_id = db.device(name=info.name, arch=info.arch.name, sm_count=info.sm_count,
+                                   clock_mhz=info.clock_mhz, memory_clock_mhz=info.memory_clock_mhz,
+                                   driver_version=info.driver_version, cuda_version=info.cuda_version)
+        # Written before every timed run so that no run finds its operands in L2.
+        self.flush_bytes = 2 * info.l2_bytes
+        self.flush = gpu.drv.mem_alloc(self.flush_bytes)
+        self._ops: Operands | None = None
+
+    def operands(self, shape: Shape, precision: str) -> Operands:
+        if self._ops is None or (self._ops.shape, self._ops.precision) != (shape, precision):
+            if self._ops is not None:
+                self._ops.free()
+                self._ops = None
+            self._ops = Operands(self.gpu, shape, precision)
+        return self._ops
+
+    # ---- verification and timing, shared by kernels and cuBLAS ----
+
+    def _reference(self, ops: Operands, alpha: float, beta: float):
+        a64 = verify.as_float64(ops.host_a, ops.precision)
+        b64 = verify.as_float64(ops.host_b, ops.precision)
+        s = ops.shape
+        if s.m * s.n * s.k <= verify.HOST_REFERENCE_MAX_MACS:
+            return verify.host_reference(a64, b64, ops.host_c0, alpha, beta)
+        drv = self.gpu.drv
+        da, db_, dc = drv.to_device(a64), drv.to_device(b64), drv.mem_alloc(s.m * s.n * 8)
+        try:
+            product = np.empty((s.m, s.n), dtype=np.float64)
+            self.cublas.dgemm(s.m, s.n, s.k, int(da), int(db_), int(dc))
+            drv.memcpy_dtoh(product, dc)
+            drv.memcpy_htod(da, np.abs(a64))
+            drv.memcpy_htod(db_, np.abs(b64))
+            abs_product = np.empty_like(product)
+            self.cublas.dgemm(s.m, s.n, s.k, int(da), int(db_), int(dc))
+            drv.memcpy_dtoh(abs_product, dc)
+        finally:
+            for buf in (da, db_, dc):
+                buf.free()
+        ref, scale = alpha * product, abs(alpha) * abs_product
+        if beta != 0.0:
+            c0 = ops.host_c0.astype(np.float64)
+            ref += beta * c0
+            scale += np.abs(beta * c0)
+        return ref, scale
+
+    def verify(self, run: Runner, ops: Operands) -> verify.Verdict:
+        """Both checks of verify.CHECKS, each on fresh random inputs; the first failure, or the
+        check with the larger error."""
+        worst = None
+        for alpha, beta in verify.CHECKS:
+            ops.fill(self.rng)
+            ops.reset_c(beta)
+            run(alpha, beta)
+            self.gpu.synchronize()
+            ref, scale = self._reference(ops, alpha, beta)
+            verdict = verify.compare(ops.download_c(), ref, scale, ops.precision, ops.shape.k)
+            if not verdict.ok:
+                return verdict
+            worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
+        return worst
+
+    def time(self, run: Runner, ops: Operands) -> Timing:
+        """alpha = 1, beta = 0 on the last check's random inputs; C poisoned and L2 flushed
+        before every run, outside the timed region."""
+        drv = self.gpu.drv
+        mn_bytes = ops.shape.m * ops.shape.n * 4
+
+        def before():
+            drv.memset_d8(ops.c, 0xFF, mn_bytes)
+            drv.memset_d8(self.flush, 0, self.flush_bytes)
+
+        return time_launches(self.gpu, lambda: run(1.0, 0.0), before, min_total_ms=self.min_total_ms)
+
+    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured) -> Measured:
+        try:
+            verdict = self.verify(run, ops)
+            result.rel_error = verdict.rel_error
+            if not verdict.ok:
+                result.status, result.message = "wrong_result", verdict.message
+                return result
+            result.timing = self.time(run, ops)
+            result.status = "ok"
+        except LaunchFailed as err:
+            result.status, result.message = "launch_error", str(err)
+        return result
+
+    # ---- the two kinds of measurement ----
+
+    def measure_point(self, label: str, config: KernelConfig, shape: Shape) -> Measured:
+        """Build, verify, time and record ``config`` at ``shape``."""
+        source = render_kernel(config)
+        kernel_id = self.db.kernel(name=config.name, family=config.family.name, precision=config.precision,
+                                   arch=config.arch.name, params=config.params, template_hash=template_hash(config),
+                                   source_hash=source_hash(source))
+        result = Measured(label, config.name, config.precision, shape, "infeasible")
+        build = build_kernel(config)
+        usage = kernel_usage(config, build) if build.ok else None
+        if not build.ok:
+            result.status, result.message = "compile_error", build.log
+        else:
+            try:
+                kernel = LoadedKernel(self.gpu, config, build.cubin)
+                kernel.check_shape(shape.m, shape.n, shape.k)
+                ops = self.operands(shape, config.precision)
+
+                def run(alpha, beta):
+                    kernel.launch(shape.m, shape.n, shape.k, alpha, ops.a, ops.b, beta, ops.c)
+
+                self._verify_and_time(run, ops, result)
+            except ShapeRefused as err:
+                result.status, result.message = "infeasible", str(err)
+            except LaunchFailed as err:
+                result.status, result.message = "launch_error", str(err)
+        self._record(kernel_id, result, registers=usage.registers if usage else None,
+                     smem_bytes=config.geometry.smem_bytes,
+                     spill_bytes=(usage.spill_store_bytes + usage.spill_load_bytes) if usage else None)
+        return result
+
+    def measure_cublas(self, precision: str, shape: Shape) -> Measured:
+        """Verify, time and record cuBLAS's GEMM for ``precision`` (see cublas.BASELINE_API)."""
+        name = f"cublas_{precision}"
+        kernel_id = self.db.kernel(name=name, family="cublas", precision=precision, arch=self.gpu.info.arch.name,
+                                   params=BASELINE_API[precision])
+        ops = self.operands(shape, precision)
+
+        def run(alpha, beta):
+            self.cublas.gemm(precision, shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+
+        result = self._verify_and_time(run, ops, Measured("cublas", name, precision, shape, "infeasible"))
+        self._record(kernel_id, result)
+        return result
+
+    def _record(self, kernel_id: int, result: Measured, **extra) -> None:
+        s = result.shape
+        problem_id = self.db.problem(s.m, s.n, s.k, 1.0, 0.0)
+        t = result.timing
+        self.db.record(kernel_id=kernel_id, device_id=self.device_id, problem_id=problem_id, status=result.status,
+                       median_ms=t.median_ms if t else None, min_ms=t.min_ms if t else None,
+                       max_ms=t.max_ms if t else None, runs=t.runs if t else None, tflops=result.tflops,
+                       rel_error=result.rel_error, message=result.message[:20000], tag=self.tag, **extra)
+        if result.status == "launch_error" and not self.gpu.healthy():
+            raise ContextLost(f"{result.kernel} broke the CUDA context ({result.message}); every measurement "
+                              "so far is stored; run again to measure the rest")
+
+    def close(self) -> None:
+        if self._ops is not None:
+            self._ops.free()
+        self.flush.free()
+        self.cublas.close()

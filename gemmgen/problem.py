@@ -1,0 +1,36 @@
+"""Problem shapes: M x N x K as typed on the command line."""
+
+import re
+from dataclasses import dataclass
+
+from gemmgen.errors import InvalidParameter
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+def parse_shape(text: str) -> Shape:
+    """``4096`` (a cube) or ``MxNxK``; raises InvalidParameter on anything else."""
+    raw = str(text).strip().lower()
+    if re.fullmatch(r"\d+", raw):
+        side = int(raw)
+        dims = (side, side, side)
+    elif m := re.fullmatch(r"(\d+)x(\d+)x(\d+)", raw):
+        dims = tuple(int(g) for g in m.groups())
+    else:
+        raise InvalidParameter(f"cannot read shape {text!r}; write MxNxK (e.g. 4095x4097x4093) or one number "
+                               "for a cube (e.g. 4096)")
+    if min(dims) < 1:
+        raise InvalidParameter(f"shape {text!r}: M, N and K must be >= 1")
+    return Shape(*dims)

@@ -1,0 +1,197 @@
+"""The GPU through PyCUDA: device facts, device memory, loading and launching kernels, timing.
+
+Importing this module needs no GPU; constructing :class:`Gpu` does, and raises GpuUnavailable
+(one line naming the fix) where PyCUDA or a GPU is missing. Launches use the launch geometry
+that the emitted source documents (config.geometry).
+"""
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmgen.arch import MAX_GRID_Y, Arch, parse_arch
+from gemmgen.arch import DEFAULT_SMEM_LIMIT
+from gemmgen.config import KernelConfig
+from gemmgen.errors import GemmgenError
+
+
+class GpuUnavailable(GemmgenError):
+    """No GPU can be used here: PyCUDA missing, no driver, or no device."""
+
+
+class ShapeRefused(GemmgenError):
+    """The kernel cannot take this M, N, K (the message names the constraint)."""
+
+
+class LaunchFailed(GemmgenError):
+    """A launch or the work it queued failed in the driver (the message is the driver's)."""
+
+
+def _driver():
+    try:
+        import pycuda.driver as drv
+    except ImportError as err:
+        raise GpuUnavailable(f"PyCUDA is not importable ({err}); on a machine with an NVIDIA driver run "
+                             "`pip install 'gemmgen[cuda]'`") from None
+    return drv
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    arch: Arch
+    sm_count: int
+    clock_mhz: int
+    memory_clock_mhz: int
+    driver_version: str
+    cuda_version: str
+    l2_bytes: int
+
+
+def _nvidia_smi_driver_version() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True,
+                         check=False, timeout=20).stdout.split()
+    return out[0] if out else None
+
+
+class Gpu:
+    """Device ``index``'s primary context, current on this thread while the object is open.
+
+    The primary context is the one the CUDA runtime (and so cuBLAS) uses: kernels loaded here
+    and cuBLAS calls share memory, stream and timing events.
+    """
+
+    def __init__(self, index: int = 0):
+        drv = self.drv = _driver()
+        try:
+            drv.init()
+            if drv.Device.count() <= index:
+                raise GpuUnavailable(f"no CUDA device {index}: {drv.Device.count()} device(s) present")
+            self.device = drv.Device(index)
+            self.context = self.device.retain_primary_context()
+            self.context.push()
+        except drv.Error as err:
+            raise GpuUnavailable(f"no usable NVIDIA GPU: {err}") from None
+        attr = drv.device_attribute
+        major, minor = self.device.compute_capability()
+        version = drv.get_driver_version()
+        self.info = DeviceInfo(
+            name=self.device.name(),
+            arch=parse_arch(f"{major}{minor}"),
+            sm_count=self.device.get_attribute(attr.MULTIPROCESSOR_COUNT),
+            clock_mhz=self.device.get_attribute(attr.CLOCK_RATE) // 1000,
+            memory_clock_mhz=self.device.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000,
+            driver_version=_nvidia_smi_driver_version() or f"driver API {version}",
+            cuda_version=f"{version // 1000}.{version % 1000 // 10}",
+            l2_bytes=self.device.get_attribute(attr.L2_CACHE_SIZE),
+        )
+
+    def close(self) -> None:
+        if getattr(self, "context", None) is not None:
+            self.context.pop()
+            self.context = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def synchronize(self) -> None:
+        """Wait for all queued work; raises LaunchFailed with the driver's message on a fault."""
+        try:
+            self.drv.Context.synchronize()
+        except self.drv.Error as err:
+            raise LaunchFailed(str(err)) from None
+
+    def healthy(self) -> bool:
+        """False once a fault (e.g. an illegal address) has made the context unusable."""
+        try:
+            self.drv.Context.synchronize()
+            return True
+        except self.drv.Error:
+            return False
+
+
+class LoadedKernel:
+    """A compiled point, loaded from its cubin and ready to launch."""
+
+    def __init__(self, gpu: Gpu, config: KernelConfig, cubin_path):
+        drv = gpu.drv
+        self.config = config
+        geometry = config.geometry
+        try:
+            self.module = drv.module_from_file(str(cubin_path))
+            self.function = self.module.get_function(config.name)
+            if geometry.smem_bytes > DEFAULT_SMEM_LIMIT:
+                self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, geometry.smem_bytes)
+        except drv.Error as err:
+            raise LaunchFailed(f"cannot load {config.name}: {err}") from None
+        self.function.prepare("iiifPPfP")
+        self._drv = drv
+
+    def check_shape(self, m: int, n: int, k: int) -> None:
+        """Raise ShapeRefused naming the constraint when the kernel cannot take M, N, K."""
+        if min(m, n, k) < 1:
+            raise ShapeRefused(f"M, N and K must be >= 1, got {m}x{n}x{k}")
+        gy = self.config.geometry.grid(m, n)[1]
+        if gy > MAX_GRID_Y:
+            raise ShapeRefused(f"M={m} needs {gy} blocks along y; at most {MAX_GRID_Y} "
+                               f"(M <= {MAX_GRID_Y * self.config.geometry.tile_m})")
+
+    def launch(self, m: int, n: int, k: int, alpha: float, a, b, beta: float, c) -> None:
+        """Queue C = alpha * A @ B + beta * C on the default stream (a, b, c: device pointers)."""
+        self.check_shape(m, n, k)
+        g = self.config.geometry
+        try:
+            self.function.prepared_call(g.grid(m, n), g.block, np.int32(m), np.int32(n), np.int32(k),
+                                        np.float32(alpha), int(a), int(b), np.float32(beta), int(c),
+                                        shared_size=g.smem_bytes)
+        except self._drv.Error as err:
+            raise LaunchFailed(f"launch of {self.config.name} failed: {err}") from None
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+
+
+def time_launches(gpu: Gpu, launch: Callable[[], None], before: Callable[[], None], *, warmup: int = 3,
+                  min_runs: int = 10, max_runs: int = 500, min_total_ms: float = 300.0) -> Timing:
+    """Time ``launch`` with a CUDA event pair around each run, after ``warmup`` untimed runs.
+
+    ``before`` runs before every run, outside the events (gemmgen uses it to poison C and flush
+    L2). Runs continue until ``min_runs`` and ``min_total_ms`` of kernel time are both reached,
+    or ``max_runs``. Raises LaunchFailed if any run faults.
+    """
+    drv = gpu.drv
+    for _ in range(warmup):
+        before()
+        launch()
+    gpu.synchronize()
+    start, stop = drv.Event(), drv.Event()
+    times: list[float] = []
+    total = 0.0
+    while len(times) < max_runs and (len(times) < min_runs or total < min_total_ms):
+        before()
+        start.record()
+        launch()
+        stop.record()
+        try:
+            stop.synchronize()
+        except drv.Error as err:
+            raise LaunchFailed(str(err)) from None
+        ms = stop.time_since(start)
+        times.append(ms)
+        total += ms
+    times.sort()
+    return Timing(times[len(times) // 2], times[0], times[-1], len(times))

@@ -1,0 +1,96 @@
+"""Checking a kernel's C against a float64 reference (see gemmgen/tolerance.py for the bounds).
+
+Inputs are fresh uniform(-1, 1) random numbers for every check, never zeros. The reference is
+computed from exactly the values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32
+kernels are compared with the fp32 inputs, so their input rounding counts as error, as it should).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmgen import tolerance
+
+# Up to this many multiply-adds the reference runs on the host with NumPy (float64 matmul);
+# above it, on the GPU with cublasDgemm: float64 as well, with the same exactly-upcast inputs, so
+# the whole matrix is still compared element by element (no sampling) at a fraction of the time.
+HOST_REFERENCE_MAX_MACS = 2**31
+
+# (alpha, beta) of the two checks: the plain product into a NaN-poisoned C (catches unwritten
+# elements and reads of C when beta == 0), then scaling and accumulation into C.
+CHECKS = ((1.0, 0.0), (1.25, -0.75))
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even), as uint16 bit patterns."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
+    """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
+    x = rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
+    if precision == "fp16":
+        return x.astype(np.float16)
+    if precision == "bf16":
+        return to_bf16_bits(x)
+    return x
+
+
+def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
+    """The exact values a kernel reads from ``x``, in float64."""
+    return from_bf16_bits(x).astype(np.float64) if precision == "bf16" else x.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    rel_error: float  # ||C - ref||_F / ||ref||_F over the finite elements
+    worst: float  # largest |C - ref| / (elementwise bound); <= 1 passes
+    bad: int  # elements over the elementwise bound
+    nonfinite: int  # NaN or Inf elements
+    message: str
+
+
+def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Verdict:
+    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (float64)."""
+    finite = np.isfinite(c)
+    nonfinite = int(c.size - np.count_nonzero(finite))
+    err = np.abs(np.where(finite, c, 0).astype(np.float64) - ref)
+    bound = tolerance.elementwise_tolerance(precision, k) * scale
+    over = finite & (err > bound)
+    bad = int(np.count_nonzero(over))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+    worst = float(np.max(np.where(finite, ratios, 0.0))) if c.size else 0.0
+    ref_norm = float(np.linalg.norm(ref[finite]))
+    err_norm = float(np.linalg.norm(err[finite]))
+    rel = err_norm / ref_norm if ref_norm > 0 else err_norm
+    norm_tol = tolerance.normwise_tolerance(precision, k)
+    ok = nonfinite == 0 and bad == 0 and rel <= norm_tol
+    if ok:
+        message = ""
+    else:
+        first = np.argwhere(~finite | over)
+        where = ""
+        if len(first):
+            i, j = (int(v) for v in first[0])
+            where = f"; first bad C[{i}][{j}] = {c[i, j]!r}, expected {ref[i, j]!r}"
+        message = (f"wrong result: rel_err {rel:.3e} (tolerance {norm_tol:.1e}), {bad} element(s) over the "
+                   f"elementwise bound, {nonfinite} NaN/Inf{where}")
+    return Verdict(ok, rel, worst, bad, nonfinite, message)
+
+
+def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):
+    """(ref, scale) in float64 on the host."""
+    ref = alpha * (a64 @ b64)
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    if beta != 0.0:
+        ref += beta * c0.astype(np.float64)
+        scale += np.abs(beta * c0.astype(np.float64))
+    return ref, scale

@@ -1,0 +1,198 @@
+"""The command line: `emit` writes only CUDA source to stdout, user errors exit 2 with one
+"gemmgen: error:" message and no traceback, `list` shows everything there is."""
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gemmgen
+import gemmgen.cli
+from gemmgen.arch import parse_arch
+from gemmgen.build import find_tool
+from gemmgen.cli import main
+from gemmgen.families import FAMILIES
+from gemmgen.points import NAMED_POINTS, resolve_point
+from gemmgen.render import render_kernel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_emit_writes_only_cuda_source(capsys):
+    assert main(["emit", "v4", "--gpu", "sm_90"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("//")
+    assert 'extern "C" __global__ void __launch_bounds__(256, 1)\nwarp_128x128x8_w64x32_t8x8_b2_fp32(' in out
+    assert out == render_kernel(resolve_point("v4", "sm_90"))
+    assert err == ""
+
+
+def test_emit_harness(capsys):
+    assert main(["emit", "v6", "--gpu", "sm_80", "--harness"]) == 0
+    out = capsys.readouterr().out
+    assert "int main(" in out
+    assert out == render_kernel(resolve_point("v6", "sm_80"), harness=True)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["emit", "v9", "--gpu", "sm_90"], ["unknown point 'v9'", "v1, v2"]),
+    (["emit", "v4", "--set", "BQ=1", "--gpu", "sm_90"], ["no parameter 'BQ'", "BM, BN, BK"]),
+    (["emit", "v4", "--set", "BM=100", "--gpu", "sm_90"], ["BM='100'", "32, 64, 128, 256"]),
+    (["emit", "v4", "--set", "BM=", "--gpu", "sm_90"], ["'BM='", "NAME=VALUE"]),
+    (["emit", "v4", "--set", "WM=128", "--gpu", "sm_90"], ["invalid point", "(128/8)*(32/8) = 64, must be 32"]),
+    (["emit", "v4", "--family", "warp", "--gpu", "sm_90"], ["not both"]),
+    (["emit", "--gpu", "sm_90"], ["name a point"]),
+    (["emit", "v4", "--gpu", "sm_91"], ["unknown GPU architecture 'sm_91'", "sm_90"]),
+    (["emit", "v4", "--precision", "fp16", "--gpu", "sm_90"], ["does not take precision 'fp16'"]),
+    (["emit", "v5", "--gpu", "sm_75"], ["tf32 needs sm_80 or newer; target is sm_75"]),
+])
+def test_user_errors_exit_2_with_one_message(capsys, argv, words):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("gemmgen: error: ")
+    assert err.count("gemmgen: error:") == 1
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err
+
+
+def test_invalid_point_lists_every_violation_on_stderr(capsys):
+    assert main(["emit", "--family", "warp", "--set", "BM=32,BN=32,WM=64,WN=64,TM=2,TN=2", "--gpu", "sm_90"]) == 2
+    err = capsys.readouterr().err
+    assert "3 constraint(s) violated" in err
+    assert len([line for line in err.splitlines() if line.startswith("  - ")]) == 3
+
+
+def test_emit_a_family_point(capsys):
+    argv = ["emit", "--family", "warp", "--set", "BM=128,BN=64,BK=16,WM=64,WN=32,TM=8,TN=8", "--gpu", "sm_89"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "warp_128x64x16_w64x32_t8x8_b2_fp32(" in out
+    assert "target     : sm_89" in out
+    assert "block = (128, 1, 1) = 128 threads" in out  # 2 x 2 warps
+
+
+def test_a_warp_tile_that_is_not_32_threads_is_refused(capsys):
+    # 64/8 thread rows x 32/4 thread columns = 64 threads: not one warp
+    argv = ["emit", "--family", "warp", "--set", "BM=128,BN=64,BK=16,WM=64,WN=32,TM=8,TN=4", "--gpu", "sm_89"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "(64/8)*(32/4) = 64, must be 32" in captured.err
+
+
+def test_set_overrides_a_named_point(capsys):
+    assert main(["emit", "v4", "--set", "BK=16", "--gpu", "sm_90"]) == 0
+    out = capsys.readouterr().out
+    assert "warp_128x128x16_w64x32_t8x8_b2_fp32(" in out
+    assert "parameters : BM=128, BN=128, BK=16, WM=64, WN=32, TM=8, TN=8, buffers=2" in out
+
+
+def test_the_regenerate_line_reproduces_the_source(capsys):
+    assert main(["emit", "v5", "--gpu", "sm_89", "--harness"]) == 0
+    first = capsys.readouterr().out
+    command = first.splitlines()[2].removeprefix("//").strip()
+    assert command.startswith("gemmgen emit ")
+    assert main(shlex.split(command)[1:]) == 0
+    assert capsys.readouterr().out == first
+
+
+def test_without_gpu_flag_the_detected_gpu_is_the_target(capsys, monkeypatch):
+    monkeypatch.setattr(gemmgen.cli, "detect_arch", lambda: parse_arch("sm_89"))
+    assert main(["emit", "v1"]) == 0
+    captured = capsys.readouterr()
+    assert "target     : sm_89" in captured.out
+    assert captured.err == ""
+
+
+def test_without_gpu_flag_or_gpu_sm90_is_the_target(capsys, monkeypatch):
+    monkeypatch.setattr(gemmgen.cli, "detect_arch", lambda: None)
+    assert main(["emit", "v1"]) == 0
+    captured = capsys.readouterr()
+    assert "target     : sm_90" in captured.out
+    assert "no GPU detected" in captured.err and "sm_90" in captured.err
+
+
+def test_list_shows_every_family_parameter_and_named_point(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for fam in FAMILIES.values():
+        assert f"family {fam.name}: {fam.doc}" in lines
+        assert f"  precisions: {', '.join(fam.precisions)}" in lines
+        for p in fam.params:
+            choices = ", ".join(str(c) for c in p.choices)
+            assert any(line.split()[:3] == [p.name, "default", str(fam.defaults[p.name])]
+                       and f"one of {{{choices}}}" in line for line in lines), (fam.name, p.name)
+    for point in NAMED_POINTS.values():
+        assert any(line.split()[:2] == [point.name, point.config().name] for line in lines), point.name
+
+
+def test_list_one_family(capsys):
+    assert main(["list", "--family", "wmma"]) == 0
+    out = capsys.readouterr().out
+    assert "family wmma:" in out
+    assert "family warp:" not in out
+    listed = [line.split()[0] for line in out.split("named points:")[1].splitlines()
+              if line.strip() and not line.strip().startswith("note:")]
+    assert listed == ["v5", "v6"]
+
+
+def test_output_file(capsys, tmp_path):
+    target = tmp_path / "v4.cu"
+    assert main(["emit", "v4", "--gpu", "sm_90", "-o", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert str(target) in err
+    assert target.read_text() == render_kernel(resolve_point("v4", "sm_90"))
+
+
+def test_output_file_is_not_written_on_error(capsys, tmp_path):
+    target = tmp_path / "bad.cu"
+    assert main(["emit", "v4", "--set", "BM=100", "--gpu", "sm_90", "-o", str(target)]) == 2
+    assert not target.exists()
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gemmgen {gemmgen.__version__}"
+
+
+@pytest.mark.nvcc
+def test_python_m_gemmgen_emits_source_that_compiles(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "gemmgen", "emit", "v4", "--gpu", "sm_90"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("//")
+    source = tmp_path / "gemm.cu"
+    source.write_text(proc.stdout)
+    nvcc = subprocess.run([find_tool("nvcc"), "-O3", "-arch=sm_90", "-c", str(source), "-o", str(tmp_path / "gemm.o")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert nvcc.returncode == 0, nvcc.stdout + nvcc.stderr
+    assert (tmp_path / "gemm.o").stat().st_size > 0
+
+
+@pytest.mark.nvcc
+def test_build_command_reports_registers(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMGEN_CACHE", str(tmp_path))
+    assert main(["build", "v1", "--gpu", "sm_90"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("naive_b16x16_fp32 for sm_90: ")
+    assert "threads 256, dynamic shared memory 0 bytes" in out
+    assert "registers " in out and "spill stores 0 bytes" in out
+    assert main(["build", "v1", "--gpu", "sm_90"]) == 0
+    assert "sm_90: cached" in capsys.readouterr().out
+
+
+def test_output_to_an_unwritable_path_is_one_message(capsys, tmp_path):
+    code = main(["emit", "v4", "--gpu", "sm_90", "-o", str(tmp_path / "missing" / "x.cu")])
+    err = capsys.readouterr().err
+    assert code == 2 and "gemmgen: error: cannot write" in err and "Traceback" not in err

@@ -1,0 +1,62 @@
+"""On the GPU (PyCUDA): every named point and the cuBLAS baselines are verified against the
+float64 reference at odd and aligned shapes, and a wrong kernel is recorded as wrong."""
+
+import pytest
+
+from gemmgen.measure import Bench
+from gemmgen.points import NAMED_POINTS
+from gemmgen.problem import Shape
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(1000, 1000, 1000), Shape(4095, 4097, 4093),
+          Shape(1024, 1024, 1024)]
+POINTS = sorted({p.config().name: p.name for p in NAMED_POINTS.values()}.values())
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.db import ResultsDB
+    from gemmgen.runtime import Gpu
+
+    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
+    gpu = Gpu()
+    b = Bench(gpu, db, tag="test", seed=1, min_total_ms=5.0)
+    yield b
+    b.close()
+    gpu.close()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("point", POINTS)
+def test_named_point_is_correct(bench, point, shape):
+    config = NAMED_POINTS[point].config(bench.gpu.info.arch)
+    m = bench.measure_point(point, config, shape)
+    assert m.status == "ok", m.message
+    assert m.timing.median_ms > 0 and m.rel_error is not None
+
+
+@pytest.mark.parametrize("shape", [Shape(17, 33, 65), Shape(1000, 1000, 1000), Shape(4095, 4097, 4093)], ids=str)
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+def test_cublas_baseline_matches_reference(bench, precision, shape):
+    m = bench.measure_cublas(precision, shape)
+    assert m.status == "ok", m.message
+
+
+def test_wrong_kernel_is_recorded_as_wrong(bench):
+    """cuBLAS asked for K-1 terms: every element misses one product."""
+    shape = Shape(257, 129, 300)
+    ops = bench.operands(shape, "fp32")
+
+    def drops_last_k(alpha, beta):
+        bench.cublas.gemm("fp32", shape.m, shape.n, shape.k - 1, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+
+    verdict = bench.verify(drops_last_k, ops)
+    assert not verdict.ok and verdict.bad > 0 and "wrong result" in verdict.message
+
+
+def test_stored_rows(bench):
+    rows = bench.db.results(tag="test", status="ok")
+    assert {r.kernel for r in rows} >= {NAMED_POINTS[p].config().name for p in POINTS}
+    assert all(r.tflops > 0 for r in rows)
