@@ -107,8 +107,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
     precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or ["fp32", "tf32", "fp16", "bf16"]
     url = resolve_url(args.db)
-    db = ResultsDB(url)
     with Gpu() as gpu:
+        db = ResultsDB(url)
         configs, infeasible = {}, {}
         for label, (family, precision, params) in specs.items():
             try:
