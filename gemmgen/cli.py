@@ -1,4 +1,4 @@
-"""The `gemmgen` command line: list, emit, build, bench, results, best.
+"""The `gemmgen` command line: list, emit, build, bench, tune, results, best.
 
 Errors the user can fix print one message on stderr and exit with status 2; `emit` writes only
 CUDA source to stdout.
@@ -29,6 +29,8 @@ def _target(text: str | None) -> Arch:
 def select_config(args: argparse.Namespace) -> KernelConfig:
     """The point named on the command line: POINT and/or --family, --precision, --set, --gpu."""
     overrides = parse_assignments(args.set) if args.set else {}
+    if args.point and args.point.strip().lower() == "best":
+        return _best_config(args, overrides)
     if args.point and args.family:
         raise InvalidParameter("give either a point (e.g. v4) or --family, not both")
     if args.point:
@@ -39,6 +41,89 @@ def select_config(args: argparse.Namespace) -> KernelConfig:
         raise InvalidParameter("name a point (e.g. `gemmgen emit v4`) or a family (`--family warp --set BM=64`); "
                                "`gemmgen list` shows both")
     return make_config(family, {**params, **overrides}, args.precision or precision, _target(args.gpu))
+
+
+def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
+    """`emit best --family F --precision P --shape S [--gpu]`: the fastest verified kernel stored."""
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.problem import parse_shape
+
+    missing = [flag for flag, value in (("--family", args.family), ("--precision", args.precision),
+                                        ("--shape", args.shape)) if not value]
+    if missing:
+        raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
+                               "gemmgen emit best --family warp --precision fp32 --shape 4096")
+    shape = parse_shape(args.shape)
+    arch = parse_arch(args.gpu).name if args.gpu else None
+    url = resolve_url(args.db)
+    row = ResultsDB(url).best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k),
+                              arch=arch)
+    where = f" for {arch}" if arch else ""
+    if row is None:
+        raise GemmgenError(f"no verified {args.family} {args.precision} kernel at {shape}{where} in {url}; "
+                           "run `gemmgen tune` or `gemmgen bench` first")
+    print(f"gemmgen: best {args.family} {args.precision} at {shape}: {row.kernel}, {row.tflops:.2f} TFLOP/s "
+          f"on {row.device}", file=sys.stderr)
+    family, precision, params = point_spec(row.kernel)
+    return make_config(family, {**params, **overrides}, precision, arch or row.arch)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import os
+
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.measure import Bench
+    from gemmgen.problem import parse_shape
+    from gemmgen.runtime import Gpu
+    from gemmgen.space import load_space
+    from gemmgen.tune import Tuner
+
+    space = load_space(args.family)
+    precision = args.precision or space.precisions[0]
+    shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
+    wanted = parse_arch(args.gpu) if args.gpu else None
+    if args.trials < 1:
+        raise InvalidParameter("--trials must be at least 1")
+    url = resolve_url(args.db)
+    with Gpu() as gpu:
+        if wanted and wanted.cc != gpu.info.arch.cc:
+            raise GemmgenError(f"--gpu {wanted.name} asks to tune for {wanted.name}, but the GPU here is "
+                               f"{gpu.info.name} ({gpu.info.arch.name}); timings need that GPU, so tune on it")
+        db = ResultsDB(url)
+        bench = Bench(gpu, db, tag=None, seed=args.seed)
+        try:
+            tuner = Tuner(bench, space, precision, gpu.info.arch, shapes, study=args.study, storage=url,
+                          sampler=args.sampler, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
+                          compile_timeout_s=args.compile_timeout, log=lambda line: print(line, file=sys.stderr))
+            bench.tag = tuner.study_name
+            print(f"gemmgen tune: study {tuner.study_name} in {url}; {tuner.jobs} compile worker(s); "
+                  f"{gpu.info.name}", file=sys.stderr)
+            report = tuner.run(args.trials, args.timeout)
+        finally:
+            bench.close()
+    print_tune_report(report, space.family, precision, shapes, tuner.jobs, gpu.info.arch.name)
+    return 130 if report.interrupted else 0
+
+
+def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str) -> None:
+    shape_args = " ".join(f"--shape {s}" for s in shapes)
+    print(f"study {report.study}: {report.trials} trials in {report.seconds / 60:.1f} min "
+          f"({report.trials_per_minute:.1f} trials/min, {jobs} compile workers)")
+    if report.best:
+        best = report.best
+        line = f"best: {best.name}  {best.tflops:.2f} TFLOP/s"
+        if report.baseline_tflops:
+            line += f"  ({100 * best.tflops / report.baseline_tflops:.1f}% of cuBLAS {report.baseline_tflops:.2f})"
+        for name, tflops in report.named.items():
+            line += f"  {best.tflops / tflops:.2f}x {name} ({tflops:.2f})"
+        print(line)
+        print("  " + ", ".join(f"{k}={v}" for k, v in best.config.params.items()))
+        print(f"emit: gemmgen emit best --family {family} --precision {precision} {shape_args} --gpu {arch}")
+    else:
+        print("no verified point yet")
+    if report.interrupted:
+        print(f"interrupted: every trial so far is stored; resume with: gemmgen tune --family {family} "
+              f"--precision {precision} {shape_args} --study {report.study}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -210,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_point_arguments(p)
     p.add_argument("--harness", action="store_true", help="add a main() that checks and times the kernel")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--shape", metavar="MxNxK", help="with `emit best`: the problem shape")
+    _add_db_argument(p)
     p.set_defaults(func=cmd_emit)
 
     p = sub.add_parser("build", help="compile a point to a cubin and print the compiler's resource report")
@@ -225,6 +312,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     _add_db_argument(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="Optuna search over a family's space on the GPU present; stores every trial")
+    p.add_argument("--family", required=True, choices=list(FAMILIES))
+    p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
+    p.add_argument("--precision", help="default: the first in the family's search space")
+    p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
+                   "mean of TFLOP/s over the shapes (default 4096)")
+    p.add_argument("--trials", type=int, default=100, help="trials to run now (default 100)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long")
+    p.add_argument("--study", help="study name (default: family-precision-arch-shapes)")
+    p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--jobs", type=int, help="compile worker processes (default: one per CPU core)")
+    p.add_argument("--compile-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="time limit of one compile (default 120)")
+    _add_db_argument(p)
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("results", help="query stored measurements")
     p.add_argument("--family")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gemmgen import verify
-from gemmgen.build import build_kernel, kernel_usage
+from gemmgen.build import BuildResult, build_kernel, kernel_usage
 from gemmgen.config import KernelConfig
 from gemmgen.cublas import BASELINE_API, Cublas
 from gemmgen.db import ResultsDB
@@ -62,7 +62,7 @@ class Operands:
         m, n, k = self.shape.m, self.shape.n, self.shape.k
         self.host_a = verify.random_matrix(rng, m, k, self.precision)
         self.host_b = verify.random_matrix(rng, k, n, self.precision)
-        self.host_c0 = rng.uniform(-1.0, 1.0, size=(m, n)).astype(np.float32)
+        self.host_c0 = verify.random_matrix(rng, m, n, "fp32")
         drv = self.gpu.drv
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
@@ -183,14 +183,15 @@ class Bench:
 
     # ---- the two kinds of measurement ----
 
-    def measure_point(self, label: str, config: KernelConfig, shape: Shape) -> Measured:
-        """Build, verify, time and record ``config`` at ``shape``."""
+    def measure_point(self, label: str, config: KernelConfig, shape: Shape,
+                      build: BuildResult | None = None) -> Measured:
+        """Build (unless ``build`` is given), verify, time and record ``config`` at ``shape``."""
         source = render_kernel(config)
         kernel_id = self.db.kernel(name=config.name, family=config.family.name, precision=config.precision,
                                    arch=config.arch.name, params=config.params, template_hash=template_hash(config),
                                    source_hash=source_hash(source))
         result = Measured(label, config.name, config.precision, shape, "infeasible")
-        build = build_kernel(config)
+        build = build or build_kernel(config)
         usage = kernel_usage(config, build) if build.ok else None
         if not build.ok:
             result.status, result.message = "compile_error", build.log

@@ -34,7 +34,7 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
     """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
-    x = rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
+    x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
     if precision == "fp16":
         return x.astype(np.float16)
     if precision == "bf16":

@@ -1,0 +1,34 @@
+"""On the GPU: a short real tune of the warp family stores its trials and starts from v4."""
+
+import optuna
+import pytest
+
+from gemmgen.problem import Shape
+from gemmgen.space import load_space
+
+pytestmark = pytest.mark.gpu
+
+
+def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.db import ResultsDB
+    from gemmgen.measure import Bench
+    from gemmgen.runtime import Gpu
+    from gemmgen.tune import Tuner
+
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    with Gpu() as gpu:
+        db = ResultsDB(url)
+        bench = Bench(gpu, db, tag="gpu-test", seed=0, min_total_ms=20.0)
+        try:
+            tuner = Tuner(bench, load_space("warp"), "fp32", gpu.info.arch, [Shape(1024, 1024, 1024)],
+                          study="gpu-test", storage=url, seed=0, jobs=4, log=print)
+            report = tuner.run(10)
+        finally:
+            bench.close()
+    assert report.trials == 10 and "v4" in report.named
+    assert report.best.tflops >= report.named["v4"]
+    assert len(optuna.load_study(study_name="gpu-test", storage=url).trials) == 10
+    stored = db.results(tag="gpu-test")
+    assert len(stored) >= sum(1 for _ in stored if _.status == "ok") >= 1
+    assert any(r.kernel == "warp_128x128x8_w64x32_t8x8_b2_fp32" and r.status == "ok" for r in stored)
