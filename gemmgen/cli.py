@@ -108,7 +108,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str) -> None:
     shape_args = " ".join(f"--shape {s}" for s in shapes)
     print(f"study {report.study}: {report.trials} trials in {report.seconds / 60:.1f} min "
-          f"({report.trials_per_minute:.1f} trials/min, {jobs} compile workers)")
+          f"({report.trials_per_minute:.1f} trials/min, {jobs} compile workers); "
+          f"{report.infeasible} infeasible points rejected before compiling")
     if report.best:
         best = report.best
         line = f"best: {best.name}  {best.tflops:.2f} TFLOP/s"
@@ -319,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", help="default: the first in the family's search space")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
                    "mean of TFLOP/s over the shapes (default 4096)")
-    p.add_argument("--trials", type=int, default=100, help="trials to run now (default 100)")
+    p.add_argument("--trials", type=int, default=100, help="feasible points to measure now (default 100); points "
+                   "that break a constraint are recorded but not counted")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long")
     p.add_argument("--study", help="study name (default: family-precision-arch-shapes)")
     p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")

@@ -9,6 +9,7 @@ on this device and shape is not compiled or timed again: its stored result is re
 """
 
 import math
+import multiprocessing
 import signal
 import time
 from collections import deque
@@ -29,6 +30,9 @@ from gemmgen.runtime import Timing
 from gemmgen.space import SearchSpace
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
+# --trials counts feasible points; infeasible ones are recorded too, but the search stops after
+# this many asks per requested trial, in case the space holds few feasible points.
+MAX_ASKS_PER_TRIAL = 50
 _ANY_STATUS = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 
 
@@ -88,7 +92,8 @@ class TrialOutcome:
 @dataclass
 class TuneReport:
     study: str
-    trials: int  # trials finished in this run
+    trials: int  # feasible trials finished in this run (compiled and measured, or reused)
+    infeasible: int  # points rejected by a constraint before compiling (recorded, not counted)
     seconds: float
     best: TrialOutcome | None
     baseline_tflops: float | None  # cuBLAS, geometric mean over the shapes
@@ -201,24 +206,29 @@ class Tuner:
         base_tflops = geometric_mean(base) if all(base) else None
         best: TrialOutcome | None = None
         named: dict[str, float] = {}
-        done = 0
+        done = infeasible = 0
         pending: deque[tuple[optuna.Trial, KernelConfig | None, Future | TrialOutcome]] = deque()
         previous = signal.signal(signal.SIGINT, self.request_stop)
         try:
-            with ProcessPoolExecutor(max_workers=self.jobs) as pool:
-                asked = 0
+            # forkserver: workers must not be forked from this process, which holds a CUDA context
+            # and threads; they only render and run nvcc.
+            with ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:
+                asked = asks = 0
                 while True:
                     out_of_time = timeout_s is not None and time.monotonic() - start > timeout_s
                     # Keep the compile pool busy ahead of the GPU.
-                    while not (self._stop or out_of_time) and asked < n_trials and len(pending) < 2 * self.jobs:
+                    while (not (self._stop or out_of_time) and asked < n_trials and asks < MAX_ASKS_PER_TRIAL * n_trials
+                           and len(pending) < 2 * self.jobs):
                         trial = self.study.ask()
-                        asked += 1
+                        asks += 1
                         params = self._params(trial)
                         try:
                             config = make_config(self.space.family, params, self.precision, self.arch)
                         except InvalidPoint as err:
-                            pending.append((trial, None, self._infeasible(params, err)))
+                            self._finish(trial, self._infeasible(params, err))
+                            infeasible += 1
                             continue
+                        asked += 1
                         stored = self._stored(config)
                         if stored is not None:
                             pending.append((trial, config, self._outcome(config, stored, reused=True)))
@@ -247,7 +257,8 @@ class Tuner:
                     self._progress(done, n_trials, outcome, best, base_tflops, start)
         finally:
             signal.signal(signal.SIGINT, previous)
-        return TuneReport(self.study_name, done, time.monotonic() - start, best, base_tflops, named, self._stop)
+        return TuneReport(self.study_name, done, infeasible, time.monotonic() - start, best, base_tflops, named,
+                          self._stop)
 
     def _progress(self, done, total, outcome, best, base, start) -> None:
         minutes = (time.monotonic() - start) / 60.0
