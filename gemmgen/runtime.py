@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmgen.arch import MAX_GRID_Y, Arch, parse_arch
-from gemmgen.arch import DEFAULT_SMEM_LIMIT
+from gemmgen.arch import DEFAULT_SMEM_LIMIT, MAX_GRID_Y, Arch, parse_arch
 from gemmgen.config import KernelConfig
 from gemmgen.errors import GemmgenError
 

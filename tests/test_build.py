@@ -11,7 +11,6 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 
 import pytest
 

@@ -7,7 +7,7 @@ in :mod:`gemmgen.constraints`, so a family only states what is its own.
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gemmgen.errors import InvalidParameter
 
@@ -88,7 +88,6 @@ class Family:
     derive: Callable[[Params, str], dict]
     check: Callable[[Params, str, dict], list[str]]
     requires: str = "any M, N, K >= 1"
-    param_docs: dict[str, str] = field(default_factory=dict)
 
     def param(self, name: str) -> Param:
         for p in self.params:
