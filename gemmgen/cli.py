@@ -187,36 +187,45 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from gemmgen.problem import parse_shape
     from gemmgen.report import format_rows
     from gemmgen.runtime import Gpu
+    from gemmgen.suite import SUITE_PRECISIONS, geometric_mean_ratios, suite_jobs
 
+    if bool(args.points) == bool(args.suite):
+        raise InvalidParameter("name points to measure (e.g. `gemmgen bench v4 cublas`) or give --suite, not both")
     shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
-    precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or ["fp32", "tf32", "fp16", "bf16"]
     url = resolve_url(args.db)
     with Gpu() as gpu:
         db = ResultsDB(url)
-        configs, infeasible = {}, {}
-        for label, (family, precision, params) in specs.items():
-            try:
-                configs[label] = make_config(family, params, precision, gpu.info.arch)
-            except InvalidPoint as err:
-                infeasible[label] = err
-        for label, err in infeasible.items():
-            print(f"gemmgen: {label} cannot run on {gpu.info.arch.name}, skipped: {err}", file=sys.stderr)
-        bench = Bench(gpu, db, tag="bench", seed=args.seed)
-        jobs = [(shape, prec, label) for shape in shapes for prec in precisions
-                for label in ["cublas"] + [lb for lb, c in configs.items() if c.precision == prec]]
-        rows = []
-        baseline = {}
-        print(f"gemmgen bench on {gpu.info.name} ({gpu.info.arch.name}); results in {url}", file=sys.stderr)
+        arch = gpu.info.arch
+        if args.suite:
+            jobs = suite_jobs(db, arch, args.precision or SUITE_PRECISIONS)
+        else:
+            precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or list(SUITE_PRECISIONS)
+            configs = {}
+            for label, (family, precision, params) in specs.items():
+                try:
+                    configs[label] = make_config(family, params, precision, arch)
+                except InvalidPoint as err:
+                    print(f"gemmgen: {label} cannot run on {arch.name}, skipped: {err}", file=sys.stderr)
+            jobs = [(shape, prec, label, config) for shape in shapes for prec in precisions
+                    for label, config in configs.items() if config.precision == prec]
+        # cuBLAS first for every (shape, precision), so each row's ratio is to this run's cuBLAS.
+        plan = []
+        for shape, prec in dict.fromkeys((j[0], j[1]) for j in jobs) or [(s, p) for s in shapes for p in precisions]:
+            plan.append((shape, prec, "cublas", None))
+            plan += [j for j in jobs if (j[0], j[1]) == (shape, prec)]
+        bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed)
+        rows, baseline = [], {}
+        print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
         try:
-            for i, (shape, prec, label) in enumerate(jobs, 1):
-                print(f"[{i}/{len(jobs)}] {shape} {prec} {label} ...", file=sys.stderr, flush=True)
-                if label == "cublas":
+            for i, (shape, prec, label, config) in enumerate(plan, 1):
+                print(f"[{i}/{len(plan)}] {shape} {prec} {label} ...", file=sys.stderr, flush=True)
+                if config is None:
                     m = bench.measure_cublas(prec, shape)
                     baseline[(shape, prec)] = m.tflops
                 else:
-                    m = bench.measure_point(label, configs[label], shape)
+                    m = bench.measure_point(label, config, shape)
                 base = baseline.get((shape, prec))
                 rows.append({
                     "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
@@ -229,6 +238,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         finally:
             bench.close()
     print(format_rows(rows, list(rows[0]) if rows else [], args.format))
+    if args.suite and args.format == "table":
+        for prec, ratio in geometric_mean_ratios(rows).items():
+            print(f"geometric mean of ratios to cuBLAS, {prec}: " + (f"{ratio:.3f}" if ratio else "-"))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
@@ -306,7 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("bench", help="verify and time points and cuBLAS on the GPU; store every result")
-    p.add_argument("points", nargs="+", metavar="POINT", help="named points, canonical names, or cublas")
+    p.add_argument("points", nargs="*", metavar="POINT", help="named points, canonical names, or cublas")
+    p.add_argument("--suite", action="store_true", help="the fixed suite of shapes; per shape and precision the "
+                   "best verified kernel stored (else the named point) next to cuBLAS")
+    p.add_argument("--precision", action="append", choices=["fp32", "tf32", "fp16", "bf16"],
+                   help="with --suite: only these precisions (repeatable)")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
     p.add_argument("--seed", type=int, help="seed of the random inputs")

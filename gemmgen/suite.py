@@ -1,0 +1,56 @@
+"""The benchmark suite: a fixed list of shapes and, for each shape and precision, one kernel,
+measured next to cuBLAS in the same run. The kernel is the fastest verified one stored in the
+database for that shape, precision and architecture (any family), else the precision's named
+point. Progress is judged by the geometric mean of the ratios to cuBLAS."""
+
+import math
+
+from gemmgen.arch import Arch
+from gemmgen.config import KernelConfig, make_config
+from gemmgen.errors import InvalidPoint
+from gemmgen.points import NAMED_POINTS, point_spec
+from gemmgen.problem import Shape, parse_shape
+
+SUITE_SHAPES = tuple(parse_shape(s) for s in (
+    "1024", "2048", "4096", "8192", "4096x11008x4096", "8192x8192x1024",
+    "16x4096x4096", "128x4096x4096", "1000", "4095x4097x4093"))
+SUITE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# Named point used where nothing verified is stored; bf16 takes v6's tiles.
+FALLBACK = {"fp32": "v4", "tf32": "v5", "fp16": "v6", "bf16": "v6"}
+
+
+def fallback_config(precision: str, arch: Arch) -> KernelConfig:
+    point = NAMED_POINTS[FALLBACK[precision]]
+    return make_config(point.family, point.params, precision, arch)
+
+
+def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES) -> list[tuple[Shape, str, str,
+                                                                                                KernelConfig]]:
+    """(shape, precision, label, config) for every suite entry; label says where it came from."""
+    jobs = []
+    for shape in shapes:
+        for precision in precisions:
+            row = db.best(family=None, precision=precision, shape=(shape.m, shape.n, shape.k), arch=arch.name)
+            config = None
+            if row is not None:
+                family, prec, params = point_spec(row.kernel)
+                try:
+                    config = make_config(family, params, prec, arch)
+                    label = "stored best"
+                except InvalidPoint:
+                    config = None
+            if config is None:
+                config, label = fallback_config(precision, arch), FALLBACK[precision]
+            jobs.append((shape, precision, label, config))
+    return jobs
+
+
+def geometric_mean_ratios(rows: list[dict]) -> dict[str, float | None]:
+    """precision -> geometric mean of "% cuBLAS" / 100 over the suite rows that have one."""
+    by_precision: dict[str, list[float]] = {}
+    for row in rows:
+        if row["point"] != "cublas":
+            by_precision.setdefault(row["precision"], [])
+            if row["% cuBLAS"]:
+                by_precision[row["precision"]].append(row["% cuBLAS"] / 100.0)
+    return {p: math.exp(sum(map(math.log, r)) / len(r)) if r else None for p, r in by_precision.items()}

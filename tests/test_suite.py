@@ -1,0 +1,62 @@
+"""`bench --suite` without a GPU: which kernel each suite entry measures, and the summary."""
+
+import math
+
+import pytest
+
+from gemmgen.arch import parse_arch
+from gemmgen.db import ResultsDB
+from gemmgen.points import resolve_point
+from gemmgen.problem import Shape
+from gemmgen.suite import SUITE_SHAPES, geometric_mean_ratios, suite_jobs
+
+SM90 = parse_arch("sm_90")
+
+
+@pytest.fixture
+def db(tmp_path):
+    return ResultsDB(f"sqlite:///{tmp_path / 'suite.db'}")
+
+
+def _store(db, name, family, precision, shape, tflops, status="ok"):
+    device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
+                       driver_version="580", cuda_version="13.0")
+    kernel = db.kernel(name=name, family=family, precision=precision, arch="sm_90", params={})
+    db.record(kernel_id=kernel, device_id=device, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
+              status=status, tflops=tflops, median_ms=1.0)
+
+
+def test_the_suite_is_the_issue_list():
+    assert [str(s) for s in SUITE_SHAPES] == [
+        "1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x11008x4096",
+        "8192x8192x1024", "16x4096x4096", "128x4096x4096", "1000x1000x1000", "4095x4097x4093"]
+
+
+def test_named_points_where_nothing_is_stored(db):
+    jobs = suite_jobs(db, SM90)
+    assert len(jobs) == len(SUITE_SHAPES) * 4
+    first = {prec: (label, config.name) for shape, prec, label, config in jobs if shape == SUITE_SHAPES[0]}
+    assert first["fp32"] == ("v4", resolve_point("v4").name)
+    assert first["tf32"] == ("v5", resolve_point("v5").name)
+    assert first["fp16"] == ("v6", resolve_point("v6").name)
+    assert first["bf16"] == ("v6", "wmma_64x64x16_w2x2_p8_bf16")
+
+
+def test_the_fastest_verified_stored_kernel_wins_and_cublas_is_not_a_candidate(db):
+    shape = Shape(4096, 4096, 4096)
+    tuned = "warp_128x256x16_w128x16_t8x8_b2_fp32"
+    _store(db, "cublas_fp32", "cublas", "fp32", shape, 51.7)
+    _store(db, tuned, "warp", "fp32", shape, 46.7)
+    _store(db, "warp_64x64x8_w32x32_t4x8_b1_fp32", "warp", "fp32", shape, 60.0, status="wrong_result")
+    jobs = suite_jobs(db, SM90, precisions=["fp32"], shapes=[shape, Shape(1024, 1024, 1024)])
+    assert [(label, config.name) for _, _, label, config in jobs] == [
+        ("stored best", tuned), ("v4", resolve_point("v4").name)]
+
+
+def test_geometric_mean_of_ratios():
+    rows = [{"point": "cublas", "precision": "fp32", "% cuBLAS": 100.0},
+            {"point": "v4", "precision": "fp32", "% cuBLAS": 80.0},
+            {"point": "stored best", "precision": "fp32", "% cuBLAS": 125.0},
+            {"point": "v6", "precision": "fp16", "% cuBLAS": None}]
+    means = geometric_mean_ratios(rows)
+    assert means["fp32"] == pytest.approx(math.sqrt(0.8 * 1.25)) and means["fp16"] is None
