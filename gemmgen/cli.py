@@ -45,7 +45,6 @@ def select_config(args: argparse.Namespace) -> KernelConfig:
 
 def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
     """`emit best --family F --precision P --shape S [--gpu]`: the fastest verified kernel stored."""
-    from gemmgen.db import ResultsDB, resolve_url
     from gemmgen.problem import parse_shape
 
     missing = [flag for flag, value in (("--family", args.family), ("--precision", args.precision),
@@ -53,19 +52,29 @@ def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
     if missing:
         raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
                                "gemmgen emit best --family warp --precision fp32 --shape 4096")
+    row, why_none = _stored_best(args)
+    if row is None:
+        raise GemmgenError(why_none)
+    print(f"gemmgen: best {args.family} {args.precision} at {parse_shape(args.shape)}: {row.kernel}, {row.tflops:.2f} TFLOP/s "
+          f"on {row.device}", file=sys.stderr)
+    family, precision, params = point_spec(row.kernel)
+    return make_config(family, {**params, **overrides}, precision, row.arch)
+
+
+def _stored_best(args: argparse.Namespace):
+    """(the fastest verified stored row for --family, --precision, --shape [, --gpu] or None,
+    the message to give when there is none)."""
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.problem import parse_shape
+
     shape = parse_shape(args.shape)
     arch = parse_arch(args.gpu).name if args.gpu else None
     url = resolve_url(args.db)
     row = ResultsDB(url).best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k),
                               arch=arch)
     where = f" for {arch}" if arch else ""
-    if row is None:
-        raise GemmgenError(f"no verified {args.family} {args.precision} kernel at {shape}{where} in {url}; "
-                           "run `gemmgen tune` or `gemmgen bench` first")
-    print(f"gemmgen: best {args.family} {args.precision} at {shape}: {row.kernel}, {row.tflops:.2f} TFLOP/s "
-          f"on {row.device}", file=sys.stderr)
-    family, precision, params = point_spec(row.kernel)
-    return make_config(family, {**params, **overrides}, precision, arch or row.arch)
+    return row, (f"no verified {args.family} {args.precision} kernel at {shape}{where} in {url}; "
+                 "run `gemmgen tune` or `gemmgen bench` first")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -200,6 +209,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         arch = gpu.info.arch
         if args.suite:
             jobs = suite_jobs(db, arch, args.precision or SUITE_PRECISIONS)
+            pairs = list(dict.fromkeys((shape, prec) for shape, prec, _, _ in jobs))
         else:
             precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or list(SUITE_PRECISIONS)
             configs = {}
@@ -210,9 +220,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     print(f"gemmgen: {label} cannot run on {arch.name}, skipped: {err}", file=sys.stderr)
             jobs = [(shape, prec, label, config) for shape in shapes for prec in precisions
                     for label, config in configs.items() if config.precision == prec]
+            pairs = [(shape, prec) for shape in shapes for prec in precisions]
         # cuBLAS first for every (shape, precision), so each row's ratio is to this run's cuBLAS.
         plan = []
-        for shape, prec in dict.fromkeys((j[0], j[1]) for j in jobs) or [(s, p) for s in shapes for p in precisions]:
+        for shape, prec in pairs:
             plan.append((shape, prec, "cublas", None))
             plan += [j for j in jobs if (j[0], j[1]) == (shape, prec)]
         bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed)
@@ -264,16 +275,9 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from gemmgen.db import ResultsDB, resolve_url
-    from gemmgen.problem import parse_shape
-
-    shape = parse_shape(args.shape)
-    arch = parse_arch(args.gpu).name if args.gpu else None
-    db = ResultsDB(resolve_url(args.db))
-    row = db.best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k), arch=arch)
+    row, why_none = _stored_best(args)
     if row is None:
-        print(f"gemmgen: no verified {args.family} {args.precision} measurement at {shape}"
-              f"{' on ' + arch if arch else ''} in {resolve_url(args.db)}", file=sys.stderr)
+        print(f"gemmgen: {why_none}", file=sys.stderr)
         return 1
     print(f"{row.kernel}  {row.tflops:.2f} TFLOP/s  on {row.device} ({row.arch})")
     print("  " + ", ".join(f"{k}={v}" for k, v in row.params.items()))

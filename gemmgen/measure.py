@@ -22,6 +22,14 @@ from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timin
 # Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
 Runner = Callable[[float, float], None]
 
+# The problem that is timed and stored (the checks also cover other alpha and beta).
+TIMED_ALPHA, TIMED_BETA = 1.0, 0.0
+
+
+def timed_problem_id(db: ResultsDB, shape: Shape) -> int:
+    """The database id of the timed problem at ``shape``."""
+    return db.problem(shape.m, shape.n, shape.k, TIMED_ALPHA, TIMED_BETA)
+
 
 class ContextLost(GemmgenError):
     """A fault left the CUDA context unusable; nothing more can run in this process."""
@@ -157,8 +165,8 @@ class Bench:
         return worst
 
     def time(self, run: Runner, ops: Operands) -> Timing:
-        """alpha = 1, beta = 0 on the last check's random inputs; C poisoned and L2 flushed
-        before every run, outside the timed region."""
+        """The timed problem (TIMED_ALPHA, TIMED_BETA) on the last check's random inputs; C
+        poisoned and L2 flushed before every run, outside the timed region."""
         drv = self.gpu.drv
         mn_bytes = ops.shape.m * ops.shape.n * 4
 
@@ -166,7 +174,8 @@ class Bench:
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
             drv.memset_d8(self.flush, 0, self.flush_bytes)
 
-        return time_launches(self.gpu, lambda: run(1.0, 0.0), before, min_total_ms=self.min_total_ms)
+        return time_launches(self.gpu, lambda: run(TIMED_ALPHA, TIMED_BETA), before,
+                             min_total_ms=self.min_total_ms)
 
     def _verify_and_time(self, run: Runner, ops: Operands, result: Measured) -> Measured:
         try:
@@ -229,8 +238,7 @@ class Bench:
         return result
 
     def _record(self, kernel_id: int, result: Measured, **extra) -> None:
-        s = result.shape
-        problem_id = self.db.problem(s.m, s.n, s.k, 1.0, 0.0)
+        problem_id = timed_problem_id(self.db, result.shape)
         t = result.timing
         self.db.record(kernel_id=kernel_id, device_id=self.device_id, problem_id=problem_id, status=result.status,
                        median_ms=t.median_ms if t else None, min_ms=t.min_ms if t else None,

@@ -22,7 +22,7 @@ import optuna
 from gemmgen.build import DEFAULT_TIMEOUT_S, BuildResult, build_kernel
 from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.measure import Measured
+from gemmgen.measure import Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash
@@ -143,7 +143,7 @@ class Tuner:
         found = []
         for shape in self.shapes:
             row = db.find(kernel_name=config.name, arch=config.arch.name, source_hash=src,
-                          device_id=self.bench.device_id, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
+                          device_id=self.bench.device_id, problem_id=timed_problem_id(db, shape),
                           statuses=_ANY_STATUS)
             if row is None:
                 return None
@@ -158,7 +158,7 @@ class Tuner:
                               arch=self.arch.name, params=params)
         for shape in self.shapes:
             db.record(kernel_id=kernel_id, device_id=self.bench.device_id,
-                      problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0), status="infeasible",
+                      problem_id=timed_problem_id(db, shape), status="infeasible",
                       message="; ".join(err.violations), tag=self.study_name)
         return TrialOutcome(None, err.name, "infeasible", None, message="; ".join(err.violations))
 

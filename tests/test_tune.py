@@ -13,7 +13,7 @@ from gemmgen.build import BuildResult, build_kernel
 from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
-from gemmgen.measure import Measured
+from gemmgen.measure import Measured, timed_problem_id
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash
 from gemmgen.runtime import Timing
@@ -54,7 +54,7 @@ class FakeBench:
                                    arch=config.arch.name, params=config.params,
                                    source_hash=source_hash(render_kernel(config)))
         self.db.record(kernel_id=kernel_id, device_id=self.device_id,
-                       problem_id=self.db.problem(shape.m, shape.n, shape.k, 1.0, 0.0), status=status,
+                       problem_id=timed_problem_id(self.db, shape), status=status,
                        median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag="test")
         if self.stop_after and len(self.measured) == self.stop_after:
             self.tuner.request_stop()
