@@ -1,8 +1,10 @@
 """KernelConfig: one validated point of a family's space, and its canonical name.
 
 The canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is built from every parameter
-and the precision. It is the kernel's symbol in the emitted source, the build-cache key (with
-the target architecture) and the database key.
+and the precision; a parameter in the family's ``name_options`` (e.g. warp's ``split_k``) appears
+only away from its neutral value (``warp_16x128x16_w16x64_t4x8_b2_k8_fp32``). It is the
+kernel's symbol in the emitted source, the build-cache key (with the target architecture) and the
+database key.
 """
 
 from collections.abc import Mapping
@@ -35,7 +37,7 @@ class KernelConfig:
 
     @property
     def name(self) -> str:
-        return f"{self.family.name}_{self.family.name_format.format(**self.params)}_{self.precision}"
+        return f"{self.family.name}_{self.family.name_middle(self.params)}_{self.precision}"
 
     @cached_property
     def derived(self) -> dict:

@@ -1,7 +1,8 @@
 """Every constraint a point must meet, checked in one place before anything is rendered.
 
 The family declares the constraints particular to it (``Family.check``); the ones that hold for
-every family live here: precision support, threads per block, shared memory per block.
+every family live here: precision and family support on the target, threads per block, shared
+memory per block.
 """
 
 from gemmgen.arch import MAX_THREADS_PER_BLOCK, Arch
@@ -18,6 +19,9 @@ def violations(family: Family, params: Params, precision: str, arch: Arch, deriv
     need = PRECISION_MIN_CC[precision]
     if arch.cc < need:
         found.append(f"{precision} needs sm_{need} or newer; target is {arch.name}")
+    if arch.cc < family.min_cc:
+        found.append(f"family {family.name} needs sm_{family.min_cc} or newer ({family.min_cc_why}); "
+                     f"target is {arch.name}")
     if geometry.threads > MAX_THREADS_PER_BLOCK:
         found.append(f"threads per block = {geometry.threads} exceeds {MAX_THREADS_PER_BLOCK}")
     if geometry.threads < 1:

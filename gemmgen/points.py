@@ -1,8 +1,8 @@
 """Named points: the kernels of the seed documents as points of gemmgen's families.
 
 ``v1``..``v6`` are the FastCuda guide's six versions with the parameters it gives; ``blog_*``
-are the CUDA-007 blog's kernels. Where a point differs from its seed's code, ``note`` says how;
-the README's table repeats it.
+are the CUDA-007 blog's kernels; ``splitk`` is gemmgen's own (split-K for small M). Where a
+point differs from its seed's code, ``note`` says how; the README's table repeats it.
 """
 
 import re
@@ -22,6 +22,11 @@ class NamedPoint:
     params: dict
     source: str
     note: str = ""
+
+    def __post_init__(self):
+        # Parameters the point leaves out (e.g. ones added to its family later) take the family's
+        # defaults, so that ``params`` always names every parameter.
+        object.__setattr__(self, "params", {**FAMILIES[self.family].defaults, **self.params})
 
     def config(self, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
         return make_config(self.family, self.params, self.precision, arch)
@@ -60,12 +65,23 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
     NamedPoint("blog_tiling_v4", "register", "fp32",
                {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "layout": "strided", "vec": 1, "PAD": 0},
                "CUDA-007 gemm_block_tiling_v4 (outer product)"),
+    NamedPoint("splitk", "warp", "fp32",
+               {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 16, "TM": 2, "TN": 4, "buffers": 2,
+                "split_k": 8, "swizzle": 1},
+               "gemmgen: split-K for small M (16x4096x4096)",
+               "not a seed kernel: at M=16 one 16-row tile spans C's rows, so the 4096-deep K range is split "
+               "8 ways to give the GPU 512 blocks; the partial sums are added in split order (deterministic)"),
 )}
 
 
+def _fields(fmt: str) -> str:
+    """A name format as a regular expression: each {param} becomes a named group."""
+    return re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>[a-z0-9]+)", re.escape(fmt))
+
+
 def _name_pattern(family) -> re.Pattern:
-    body = re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>[a-z0-9]+)", re.escape(family.name_format))
-    return re.compile(f"{family.name}_{body}_(?P<precision>[a-z0-9]+)")
+    optional = "".join(f"(?:{_fields(fmt)})?" for _, fmt, _ in family.name_options)
+    return re.compile(f"{family.name}_{_fields(family.name_format)}{optional}_(?P<precision>[a-z0-9]+)")
 
 
 def point_spec(name: str) -> tuple[str, str, dict]:
@@ -83,6 +99,9 @@ def point_spec(name: str) -> tuple[str, str, dict]:
         if m:
             fields = m.groupdict()
             precision = fields.pop("precision")
+            for param, _, neutral in family.name_options:  # left out of the name: neutral
+                if fields[param] is None:
+                    fields[param] = str(neutral)
             return family.name, precision, fields
     raise InvalidParameter(
         f"unknown point {name!r}; named points: {', '.join(NAMED_POINTS)} "

@@ -118,6 +118,10 @@ class Gpu:
             return False
 
 
+# Launch shape of a family's <name>_pack kernel (grid-stride; base.cu.j2's launcher uses the same).
+PACK_GRID, PACK_BLOCK = (1024, 1, 1), (256, 1, 1)
+
+
 class LoadedKernel:
     """A compiled point, loaded from its cubin and ready to launch."""
 
@@ -132,8 +136,55 @@ class LoadedKernel:
                 self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, geometry.smem_bytes)
         except drv.Error as err:
             raise LaunchFailed(f"cannot load {config.name}: {err}") from None
-        self.function.prepare("iiifPPfP")
+        self.function.prepare("iiifPPfPP")  # M, N, K, alpha, A, B, beta, C, workspace
+        self.pack = None
+        if geometry.pack_vec:
+            try:
+                self.pack = self.module.get_function(f"{config.name}_pack")
+            except drv.Error as err:
+                raise LaunchFailed(f"cannot load {config.name}_pack: {err}") from None
+            self.pack.prepare("iiiPPP")  # M, N, K, A, B, workspace
         self._drv = drv
+        self._packed = None  # packed copies of misaligned operands (Geometry.pack_plan), grown as needed
+        self._packed_bytes = 0
+        self._workspace = None  # split-K counters and partials: zeroed once, grown as needed
+        self._workspace_bytes = 0
+
+    def workspace(self, m: int, n: int) -> int:
+        """The device address of a zeroed workspace of config.geometry.workspace_bytes(m, n) bytes,
+        or 0 where the kernel needs none. Allocated once and grown when a larger shape needs more;
+        the kernel leaves its split-K counters zero, so it is reused without clearing (launches on
+        one stream)."""
+        need = self.config.geometry.workspace_bytes(m, n)
+        if need == 0:
+            return 0
+        if need > self._workspace_bytes:
+            drv = self._drv
+            try:
+                if self._workspace is not None:
+                    drv.Context.synchronize()  # launches queued with the old buffer are done
+                    self._workspace.free()
+                    self._workspace, self._workspace_bytes = None, 0
+                self._workspace = drv.mem_alloc(need)
+                drv.memset_d32(self._workspace, 0, need // 4)
+            except drv.Error as err:
+                raise LaunchFailed(f"cannot allocate the {need}-byte workspace of {self.config.name}: {err}") from None
+            self._workspace_bytes = need
+        return int(self._workspace)
+
+    def _packed_buffer(self, need: int) -> int:
+        if need > self._packed_bytes:
+            drv = self._drv
+            try:
+                if self._packed is not None:
+                    drv.Context.synchronize()  # launches queued with the old buffer are done
+                    self._packed.free()
+                    self._packed, self._packed_bytes = None, 0
+                self._packed = drv.mem_alloc(need)
+            except drv.Error as err:
+                raise LaunchFailed(f"cannot allocate the {need}-byte workspace of {self.config.name}: {err}") from None
+            self._packed_bytes = need
+        return int(self._packed)
 
     def check_shape(self, m: int, n: int, k: int) -> None:
         """Raise ShapeRefused naming the constraint when the kernel cannot take M, N, K."""
@@ -145,12 +196,22 @@ class LoadedKernel:
                                f"(M <= {MAX_GRID_Y * self.config.geometry.tile_m})")
 
     def launch(self, m: int, n: int, k: int, alpha: float, a, b, beta: float, c) -> None:
-        """Queue C = alpha * A @ B + beta * C on the default stream (a, b, c: device pointers)."""
+        """Queue C = alpha * A @ B + beta * C on the default stream (a, b, c: device pointers), with
+        the kernel's workspace (see :meth:`workspace`)."""
         self.check_shape(m, n, k)
         g = self.config.geometry
+        workspace = self.workspace(m, n)
+        a_bytes, b_bytes = g.pack_plan(m, n, k, int(a), int(b))
+        if a_bytes + b_bytes:
+            workspace = self._packed_buffer(a_bytes + b_bytes)
+            try:
+                self.pack.prepared_call(PACK_GRID, PACK_BLOCK, np.int32(m), np.int32(n), np.int32(k), int(a), int(b),
+                                        workspace)
+            except self._drv.Error as err:
+                raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
         try:
             self.function.prepared_call(g.grid(m, n), g.block, np.int32(m), np.int32(n), np.int32(k),
-                                        np.float32(alpha), int(a), int(b), np.float32(beta), int(c),
+                                        np.float32(alpha), int(a), int(b), np.float32(beta), int(c), workspace,
                                         shared_size=g.smem_bytes)
         except self._drv.Error as err:
             raise LaunchFailed(f"launch of {self.config.name} failed: {err}") from None

@@ -23,7 +23,8 @@ SM90_SMEM = 227 * 1024  # 232448 bytes
 
 def test_command_line_strings_become_ints():
     config = make_config("warp", {"BM": "64", "bn": " 64 ", "WM": "32", "WN": "32", "TM": "4", "TN": "8"})
-    assert config.params == {"BM": 64, "BN": 64, "BK": 8, "WM": 32, "WN": 32, "TM": 4, "TN": 8, "buffers": 2}
+    assert config.params == {"BM": 64, "BN": 64, "BK": 8, "WM": 32, "WN": 32, "TM": 4, "TN": 8, "buffers": 2,
+                             "split_k": 1, "swizzle": 1}
     assert all(type(v) is int for v in config.params.values())
 
 
@@ -45,7 +46,7 @@ def test_a_value_outside_the_allowed_set_lists_the_allowed_values(raw):
     with pytest.raises(InvalidParameter) as err:
         make_config("warp", {"BM": raw})
     assert "BM=" in str(err.value)
-    assert "BM must be one of: 32, 64, 128, 256" in str(err.value)
+    assert "BM must be one of: 16, 32, 64, 128, 256" in str(err.value)
 
 
 def test_a_word_parameter_rejects_numbers_and_other_words():

@@ -46,7 +46,7 @@ def test_header_documents_the_point(point):
     assert re.search(rf"precision\s*: {config.precision} \(A, B: {re.escape(config.element_type)};", header)
     assert re.search(r"target\s*: sm_89\n", header)
     assert f"block = ({g.block[0]}, {g.block[1]}, {g.block[2]}) = {g.threads} threads" in header
-    assert f"grid = (ceil(N / {g.tile_n}), ceil(M / {g.tile_m}), 1)" in header
+    assert f"grid = (ceil(N / {g.tile_n}), ceil(M / {g.tile_m}), {g.split_k})" in header
     assert f"dynamic shared memory = {g.smem_bytes} bytes" in header
     assert re.search(rf"requires\s*: any M, N, K >= 1; M <= {65535 * g.tile_m} ", header)
 

@@ -77,7 +77,7 @@ def make_tuner(url, bench, study="s", sampler="random", seed=0, family="warp", p
 def test_study_name_and_named_points():
     assert tune.study_name("warp", "fp32", "sm_90", [Shape(4096, 4096, 4096), Shape(16, 4096, 4096)]) == \
         "warp-fp32-sm_90-4096x4096x4096_16x4096x4096"
-    assert tune.named_points_in(load_space("warp"), "fp32") == ["v4"]
+    assert tune.named_points_in(load_space("warp"), "fp32") == ["v4", "splitk"]
     assert tune.named_points_in(load_space("wmma"), "tf32") == ["v5"]
     assert tune.named_points_in(load_space("wmma"), "fp16") == ["v6"]
     assert tune.named_points_in(load_space("wmma"), "bf16") == []

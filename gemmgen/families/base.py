@@ -51,19 +51,52 @@ class Param:
 @dataclass(frozen=True)
 class Geometry:
     """Launch geometry of a kernel: threads per block, the C tile one block computes, and its
-    dynamic shared memory in bytes. The grid covers C with tiles: x over N, y over M."""
+    dynamic shared memory in bytes. The grid covers C with tiles: x over N, y over M, and z over
+    the ``split_k`` parts of the K range (1: no split).
+
+    Every kernel takes a trailing ``unsigned int* workspace`` argument. A kernel with
+    ``split_k`` > 1 needs ``workspace_bytes(m, n)`` there (common.cuh.j2's gg_splitk_reduce): one
+    counter per C tile, which must be zero before the first launch (each launch leaves them zero),
+    then every split's partial tile. Other kernels get a null pointer.
+    """
 
     block: tuple[int, int, int]
     tile_m: int
     tile_n: int
     smem_bytes: int
+    split_k: int = 1
+    pack_vec: int = 0  # elements per 16 bytes where misaligned operands are packed first; 0: never
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        return (-(-n // self.tile_n), -(-m // self.tile_m), 1)
+        return (-(-n // self.tile_n), -(-m // self.tile_m), self.split_k)
+
+    def workspace_bytes(self, m: int, n: int) -> int:
+        """Bytes of workspace a launch at M x N needs; 0 without split-K. With it, per C tile: a
+        4-byte counter (the counters padded to 16 bytes together) and ``split_k`` fp32 partial
+        tiles of tile_m x tile_n."""
+        if self.split_k == 1:
+            return 0
+        gx, gy, _ = self.grid(m, n)
+        tiles = gx * gy
+        return 4 * (-(-tiles // 4) * 4) + tiles * self.split_k * self.tile_m * self.tile_n * 4
+
+    def pack_plan(self, m: int, n: int, k: int, a_ptr: int, b_ptr: int) -> tuple[int, int]:
+        """Bytes of workspace for the packed copies of A and of B (0: that operand is read in
+        place). A kernel with ``pack_vec`` reads an operand whose rows are not 16-byte aligned
+        (K, or N, not a multiple of pack_vec, or the pointer not 16-byte aligned) from a
+        zero-padded copy that a pack kernel writes first: A as M x roundup(K, pack_vec), B as
+        K x roundup(N, pack_vec), A's copy first, each rounded up to 256 bytes. The same rule is
+        gg_pack_plan in common.cuh.j2."""
+        if not self.pack_vec:
+            return 0, 0
+        v, esize = self.pack_vec, 16 // self.pack_vec
+        a = 0 if k % v == 0 and a_ptr % 16 == 0 else -(-m * (-(-k // v) * v) * esize // 256) * 256
+        b = 0 if n % v == 0 and b_ptr % 16 == 0 else -(-k * (-(-n // v) * v) * esize // 256) * 256
+        return a, b
 
 
 @dataclass(frozen=True, eq=False)  # families are singletons: compared and hashed by identity
@@ -76,6 +109,9 @@ class Family:
     ``check(params, precision, derived)`` returns one human-readable line per violated
     family-specific constraint, with the values involved.
     ``name_format`` builds the canonical name's middle part from the parameters.
+    ``name_options`` lists parameters that join the name only away from their neutral value:
+    (parameter, format, neutral value), appended in order after ``name_format``. Parameters added
+    to a family later go here, so that the names of existing points do not change.
     """
 
     name: str
@@ -88,6 +124,22 @@ class Family:
     derive: Callable[[Params, str], dict]
     check: Callable[[Params, str, dict], list[str]]
     requires: str = "any M, N, K >= 1"
+    min_cc: int = 0  # lowest compute capability the template's instructions need
+    min_cc_why: str = ""
+    name_options: tuple[tuple[str, str, Value], ...] = ()
+
+    def __post_init__(self):
+        for param, _, neutral in self.name_options:
+            assert self.defaults[param] == neutral, f"{self.name}: {param}'s default must be its neutral value"
+
+    def name_middle(self, params: Params) -> str:
+        """The canonical name's middle part: ``name_format``, then each ``name_options`` part
+        whose parameter is away from its neutral value."""
+        text = self.name_format.format(**params)
+        for param, fmt, neutral in self.name_options:
+            if params[param] != neutral:
+                text += fmt.format(**params)
+        return text
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -5,6 +5,12 @@ taken in runs of up to 4 consecutive elements, the runs spaced across the warp t
 shared-memory reads are 128-bit and conflict-free. A is stored transposed in shared memory
 (BK x BM, padded), B as BK x BN. ``buffers`` = 2 double-buffers shared memory: the next K tile is
 loaded from global memory into registers while the current one is computed.
+
+``split_k`` > 1 divides the K range among that many blocks per C tile (grid z). Each stores its
+partial tile in the workspace; the last of them to finish adds all of them in split order and
+runs the epilogue, so results are deterministic (common.cuh.j2's gg_splitk_reduce). ``swizzle`` = G
+walks the blocks G tile rows at a time, column by column, so that blocks running together share
+tiles of A and B in L2 (1: plain row-major order).
 """
 
 from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
@@ -18,7 +24,8 @@ def derive(p, precision):
     lda = p["BM"] + A_PAD
     return {
         "geometry": Geometry((threads, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
-                             smem_bytes=p["buffers"] * (p["BK"] * lda + p["BK"] * p["BN"]) * 4),
+                             smem_bytes=p["buffers"] * (p["BK"] * lda + p["BK"] * p["BN"]) * 4,
+                             split_k=p["split_k"]),
         "WARPS_M": warps_m,
         "WARPS_N": warps_n,
         "WTR": max(p["WM"] // p["TM"], 1),  # thread rows in a warp
@@ -49,20 +56,24 @@ def check(p, precision, d):
 FAMILY = Family(
     name="warp",
     template="warp.cu.j2",
-    doc="warp tiling with 128-bit shared loads, optional double-buffered prefetch",
+    doc="warp tiling with 128-bit shared loads, optional double-buffered prefetch, split-K, block swizzle",
     precisions=("fp32",),
     params=(
-        Param("BM", (32, 64, 128, 256), "rows of C per block"),
-        Param("BN", (32, 64, 128, 256), "columns of C per block"),
+        Param("BM", (16, 32, 64, 128, 256), "rows of C per block"),
+        Param("BN", (16, 32, 64, 128, 256), "columns of C per block"),
         Param("BK", (4, 8, 16, 32), "depth of one K step staged in shared memory"),
         Param("WM", (8, 16, 32, 64, 128), "rows of C per warp"),
         Param("WN", (8, 16, 32, 64, 128), "columns of C per warp"),
         Param("TM", (2, 4, 8, 16), "rows of C per thread"),
         Param("TN", (2, 4, 8, 16), "columns of C per thread"),
         Param("buffers", (1, 2), "shared-memory buffers: 2 = prefetch the next K tile while computing"),
+        Param("split_k", (1, 2, 4, 8, 16), "blocks sharing one C tile's K range, added in order (1 = no split)"),
+        Param("swizzle", (1, 2, 4, 8, 16), "block order: tile rows walked together, column by column (1 = row-major)"),
     ),
-    defaults={"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2},
+    defaults={"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2,
+              "split_k": 1, "swizzle": 1},
     name_format="{BM}x{BN}x{BK}_w{WM}x{WN}_t{TM}x{TN}_b{buffers}",
+    name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
     derive=derive,
     check=check,
 )

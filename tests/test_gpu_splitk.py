@@ -1,0 +1,155 @@
+"""On the GPU (PyCUDA): split-K and block-swizzled `warp` points against the float64 reference at
+odd shapes (some with empty splits), results bitwise identical run after run (the reduction is
+ordered), the workspace counters back at zero after every launch, the workspace grown for a larger
+shape, and the emitted --harness program (whose launcher owns the workspace)."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from gemmgen.arch import detect_arch
+from gemmgen.build import build_kernel, find_tool
+from gemmgen.config import make_config
+from gemmgen.measure import Bench
+from gemmgen.points import NAMED_POINTS
+from gemmgen.problem import Shape
+from gemmgen.render import render_kernel
+
+pytestmark = pytest.mark.gpu
+
+V4 = dict(NAMED_POINTS["v4"].params)
+SMALL_M = {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 32, "TM": 4, "TN": 4}
+POINTS = {
+    "splitk": dict(NAMED_POINTS["splitk"].params),
+    "m16_k16_g2_b1": {**SMALL_M, "buffers": 1, "split_k": 16, "swizzle": 2},
+    "v4_k4_g8": {**V4, "split_k": 4, "swizzle": 8},
+    "v4_g4": {**V4, "swizzle": 4},
+    "n16_k2_g16": {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4, "TN": 4, "split_k": 2, "swizzle": 16},
+}
+# 16x64x33 (and 1x1x1, below): K <= BK * (split_k - 1) for the split points: their last splits are empty.
+SHAPES = [Shape(17, 33, 65), Shape(16, 64, 33), Shape(16, 4096, 4096), Shape(4095, 4097, 4093)]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.db import ResultsDB
+    from gemmgen.runtime import Gpu
+
+    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
+    gpu = Gpu()
+    b = Bench(gpu, db, tag="test", seed=3, min_total_ms=5.0)
+    yield b
+    b.close()
+    gpu.close()
+
+
+def config_of(point, bench):
+    return make_config("warp", POINTS[point], "fp32", bench.gpu.info.arch)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("point", sorted(POINTS))
+def test_split_and_swizzle_match_the_reference(bench, point, shape):
+    m = bench.measure_point(point, config_of(point, bench), shape)
+    assert m.status == "ok", m.message
+    assert m.timing.median_ms > 0 and m.rel_error is not None
+
+
+def load(bench, config):
+    from gemmgen.runtime import LoadedKernel
+
+    build = build_kernel(config)
+    assert build.ok, build.log
+    return LoadedKernel(bench.gpu, config, build.cubin)
+
+
+def run(bench, kernel, ops, alpha, beta):
+    s = ops.shape
+    ops.reset_c(beta)
+    kernel.launch(s.m, s.n, s.k, alpha, ops.a, ops.b, beta, ops.c)
+    bench.gpu.synchronize()
+    return ops.download_c()
+
+
+@pytest.mark.parametrize("point", sorted(POINTS))
+def test_one_element(bench, point):
+    """1x1x1: every split but the first is empty. The result must be bit for bit the unsplit v4's
+    (the empty partials add exact zeros) and within the elementwise bound. (verify's normwise test
+    is left out here: for one element, |alpha a b| close to |beta c| cancels, and rounding that the
+    elementwise bound allows can exceed 4 u relative to the tiny result, for any kernel.)"""
+    from gemmgen import verify
+
+    shape = Shape(1, 1, 1)
+    split, plain = load(bench, config_of(point, bench)), load(bench, NAMED_POINTS["v4"].config(bench.gpu.info.arch))
+    ops = bench.operands(shape, "fp32")
+    for alpha, beta in verify.CHECKS:
+        ops.fill(bench.rng)
+        ours, theirs = run(bench, split, ops, alpha, beta), run(bench, plain, ops, alpha, beta)
+        assert ours.view(np.uint32)[0, 0] == theirs.view(np.uint32)[0, 0], (ours, theirs)
+        ref, scale = verify.host_reference(ops.host_a.astype(np.float64), ops.host_b.astype(np.float64),
+                                           ops.host_c0, alpha, beta)
+        verdict = verify.compare(ours, ref, scale, "fp32", shape.k)
+        assert verdict.bad == 0 and verdict.nonfinite == 0, verdict.message
+
+
+@pytest.mark.parametrize("shape", [Shape(17, 33, 65), Shape(16, 4096, 4096), Shape(1000, 1000, 1000)], ids=str)
+@pytest.mark.parametrize("point", ["splitk", "m16_k16_g2_b1", "v4_k4_g8"])
+def test_split_results_are_bitwise_identical_run_after_run(bench, point, shape):
+    config = config_of(point, bench)
+    kernel = load(bench, config)
+    ops = bench.operands(shape, "fp32")
+    ops.fill(np.random.default_rng(11))
+    gx, gy, _ = config.geometry.grid(shape.m, shape.n)
+    for alpha, beta in ((1.0, 0.0), (1.25, -0.75)):
+        results = []
+        for _ in range(5):
+            results.append(run(bench, kernel, ops, alpha, beta).view(np.uint32))
+            counters = np.empty(gx * gy, dtype=np.uint32)  # the workspace starts with one per tile
+            bench.gpu.drv.memcpy_dtoh(counters, kernel.workspace(shape.m, shape.n))
+            assert not counters.any(), "split-K counters not back at zero after the launch"
+        for other in results[1:]:
+            assert np.array_equal(results[0], other), f"{config.name} at {shape}: results differ between runs"
+
+
+def test_workspace_grows_for_a_larger_shape(bench):
+    """One loaded kernel at a small, a large and again a small shape: correct each time."""
+    from gemmgen import verify
+
+    config = config_of("v4_k4_g8", bench)
+    kernel = load(bench, config)
+    for shape in (Shape(100, 200, 300), Shape(1000, 1100, 900), Shape(100, 200, 300)):
+        ops = bench.operands(shape, "fp32")
+        ops.fill(bench.rng)
+        c = run(bench, kernel, ops, 1.0, 0.5)
+        assert kernel._workspace_bytes >= config.geometry.workspace_bytes(shape.m, shape.n)
+        a64, b64 = ops.host_a.astype(np.float64), ops.host_b.astype(np.float64)
+        ref, scale = verify.host_reference(a64, b64, ops.host_c0, 1.0, 0.5)
+        verdict = verify.compare(c, ref, scale, "fp32", shape.k)
+        assert verdict.ok, verdict.message
+
+
+@pytest.fixture(scope="module")
+def harnesses(tmp_path_factory):
+    arch = detect_arch()
+    folder = tmp_path_factory.mktemp("harness")
+    exes = {}
+    for point in ("m16_k16_g2_b1", "v4_k4_g8"):
+        src = folder / f"{point}.cu"
+        src.write_text(render_kernel(make_config("warp", POINTS[point], "fp32", arch), harness=True))
+        proc = subprocess.run([find_tool("nvcc"), "-O3", f"-arch=sm_{arch.cc}", str(src), "-o", str(folder / point)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        exes[point] = folder / point
+    return exes
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 64, 33), (4095, 4097, 4093)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("point", ["m16_k16_g2_b1", "v4_k4_g8"])
+def test_split_harness_matches_reference(harnesses, point, shape):
+    proc = subprocess.run([str(harnesses[point]), *map(str, shape), "3"], capture_output=True, text=True,
+                          timeout=300, check=False)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{point} at {shape}:\n{report}"
+    assert report.count("PASS") == 3, report
