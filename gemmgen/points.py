@@ -65,6 +65,12 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
     NamedPoint("blog_tiling_v4", "register", "fp32",
                {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "layout": "strided", "vec": 1, "PAD": 0},
                "CUDA-007 gemm_block_tiling_v4 (outer product)"),
+    NamedPoint("fastgemm", "fastgemm", "fp32",
+               {"BM": 24, "BN": 512, "BK": 8, "THREADS": 128, "AV": 24, "KC": 1, "preload": 1},
+               "FastGeMM wiki kernel design ((m, n) = (24, 512), C tile in shared memory)",
+               "the wiki leaves k open: BK=8; A's column is not contiguous in row-major A, so A's 24 x 8 tile "
+               "is staged transposed in shared memory (50944 bytes in all, not 49152) and read as broadcast "
+               "float4s; one block per 24 x 512 tile rather than one per SM"),
     NamedPoint("splitk", "warp", "fp32",
                {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 16, "TM": 2, "TN": 4, "buffers": 2,
                 "split_k": 8, "swizzle": 1},
