@@ -1,7 +1,7 @@
 """Named points: the kernels of the seed documents as points of gemmgen's families.
 
 ``v1``..``v6`` are the FastCuda guide's six versions with the parameters it gives; ``blog_*``
-are the CUDA-007 blog's kernels; ``splitk`` is gemmgen's own (split-K for small M). Where a
+are the CUDA-007 blog's kernels; ``splitk`` and ``mma_*`` are gemmgen's own. Where a
 point differs from its seed's code, ``note`` says how; the README's table repeats it.
 """
 
@@ -77,6 +77,18 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
                "gemmgen: split-K for small M (16x4096x4096)",
                "not a seed kernel: at M=16 one 16-row tile spans C's rows, so the 4096-deep K range is split "
                "8 ways to give the GPU 512 blocks; the partial sums are added in split order (deterministic)"),
+    NamedPoint("mma_fp16", "mma", "fp16",
+               {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2},
+               "gemmgen: mma.sync + ldmatrix + 3-stage cp.async, 64x64 warp tiles",
+               "not a seed kernel: among the best of the H100 tuning at 4096^3 and 4095x4097x4093 without spills"),
+    NamedPoint("mma_bf16", "mma", "bf16",
+               {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2},
+               "gemmgen: mma_fp16's tiles for bf16"),
+    NamedPoint("mma_tf32", "mma", "tf32",
+               {"BM": 256, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 4, "stages": 3, "frags": 1},
+               "gemmgen: mma.sync m16n8k8 tf32, 128x32 warp tiles",
+               "not a seed kernel: the tiles of the best of the H100 tuning at 4096^3 (BK=32), with BK=16 so "
+               "that it fits the 99 KiB of shared memory of sm_86/sm_89"),
 )}
 
 

@@ -136,7 +136,7 @@ def random_points(per_space: int = 2) -> list:
     """``per_space`` valid sm_90 points per family (and per precision for wmma) drawn from the
     family's search space with a fixed seed, so every run compiles the same points."""
     points = []
-    for family in ("naive", "shared", "register", "warp", "wmma", "fastgemm"):
+    for family in ("naive", "shared", "register", "warp", "wmma", "fastgemm", "mma"):
         space = load_space(family)
         for precision in space.precisions:
             rng = random.Random(f"{family}-{precision}")
@@ -159,7 +159,8 @@ RANDOM_POINTS = {c.name: c for c in random_points()}
 def test_random_points_cover_every_family_and_precision():
     drawn = {(c.family.name, c.precision) for c in RANDOM_POINTS.values()}
     assert drawn == {("naive", "fp32"), ("shared", "fp32"), ("register", "fp32"), ("warp", "fp32"),
-                     ("wmma", "tf32"), ("wmma", "fp16"), ("wmma", "bf16"), ("fastgemm", "fp32")}
+                     ("wmma", "tf32"), ("wmma", "fp16"), ("wmma", "bf16"), ("fastgemm", "fp32"),
+                     ("mma", "fp16"), ("mma", "bf16"), ("mma", "tf32")}
 
 
 @pytest.fixture(scope="module")

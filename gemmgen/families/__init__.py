@@ -1,10 +1,10 @@
 """The registry of kernel families."""
 
 from gemmgen.errors import InvalidParameter
-from gemmgen.families import fastgemm, naive, register, shared, warp, wmma
+from gemmgen.families import fastgemm, mma, naive, register, shared, warp, wmma
 from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (m.FAMILY for m in (naive, shared, register, warp, wmma, fastgemm))}
+FAMILIES: dict[str, Family] = {f.name: f for f in (m.FAMILY for m in (naive, shared, register, warp, wmma, mma, fastgemm))}
 
 
 def get_family(name: str) -> Family:

@@ -1,0 +1,92 @@
+"""mma: tensor cores through ``mma.sync`` PTX, fed by ``ldmatrix`` from a ``cp.async`` pipeline.
+
+The block's WARPS_M x WARPS_N warps each own a (BM/WARPS_M) x (BN/WARPS_N) tile of C, computed
+as MT x NT instructions of m16n8k16 (fp16, bf16) or m16n8k8 (tf32) with fp32 accumulators in
+registers. ``stages`` K tiles are in flight: while one is computed, the copies of the next
+stages-1 run asynchronously (cp.async, 16 bytes each, zero-filling outside A and B).
+
+Shared memory holds A as BM x BK and B as BK x BN, both row-major, each row padded by 16 bytes:
+the 8 row addresses of every ldmatrix phase then fall in distinct 16-byte bank groups. tf32 B
+fragments are read with 32-bit loads instead (ldmatrix cannot transpose 32-bit elements); B's
+rows are padded by 8 floats so those loads are conflict-free too.
+
+Where the rows of A (or B) are not 16-byte aligned (K, or N, not a multiple of the 16-byte vector,
+or a misaligned pointer), the launch first packs that operand into zero-padded aligned rows in
+the workspace (``Geometry.pack_vec``; the kernel ``<name>_pack``), and the kernel reads the copy
+with the same cp.async path. Called with a null workspace, the kernel copies such an operand
+element by element instead: 4-byte cp.async for tf32, plain loads (into registers one tile
+ahead) for fp16 and bf16. Either way every shape is correct; only the speed changes.
+"""
+
+from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, divides
+
+MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
+MMA_INSTRUCTION = {
+    "fp16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+    "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    "tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+}
+MAX_ACC_REGS = 128  # fp32 accumulators per thread; more leaves too few registers for fragments
+
+
+def derive(p, precision):
+    esize = ELEMENT_TYPES[precision][1]
+    vec = 16 // esize  # elements per 16-byte copy
+    warps = p["WARPS_M"] * p["WARPS_N"]
+    wm, wn = p["BM"] // p["WARPS_M"], p["BN"] // p["WARPS_N"]
+    lda = p["BK"] + vec  # 16 bytes of padding per row
+    ldb = p["BN"] + (8 if precision == "tf32" else vec)
+    stage = p["BM"] * lda + p["BK"] * ldb
+    return {
+        "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
+                             smem_bytes=p["stages"] * stage * esize, pack_vec=vec),
+        "MMA_K": MMA_K[precision],
+        "MMA_INSTRUCTION": MMA_INSTRUCTION[precision],
+        "VEC": vec,
+        "WM": wm,
+        "WN": wn,
+        "MT": max(wm // 16, 1),
+        "NT": max(wn // 8, 1),
+        "LDA": lda,
+        "LDB": ldb,
+    }
+
+
+def check(p, precision, d):
+    v: list[str] = []
+    divides(v, "each warp's rows must be whole m16 tiles", "BM", p["BM"], "16*WARPS_M", 16 * p["WARPS_M"])
+    # fp16/bf16 B fragments come in pairs of n8 tiles (one ldmatrix.x4.trans)
+    divides(v, "each warp's columns must be whole pairs of n8 tiles", "BN", p["BN"], "16*WARPS_N",
+            16 * p["WARPS_N"])
+    divides(v, f"a {precision} mma is {MMA_K[precision]} deep", "BK", p["BK"], "mma K", MMA_K[precision])
+    divides(v, "A's tile rows are copied in 16-byte pieces", "BK", p["BK"], "16-byte vector", d["VEC"])
+    acc = d["MT"] * d["NT"] * 4
+    if acc > MAX_ACC_REGS:
+        v.append(f"accumulators need (WM/16)*(WN/8)*4 = {d['MT']}*{d['NT']}*4 = {acc} registers per thread; "
+                 f"at most {MAX_ACC_REGS} leave room for the A and B fragments without spilling")
+    return v
+
+
+FAMILY = Family(
+    name="mma",
+    template="mma.cu.j2",
+    doc="tensor cores through mma.sync PTX, ldmatrix and a cp.async multi-stage pipeline",
+    precisions=("fp16", "bf16", "tf32"),
+    params=(
+        Param("BM", (32, 64, 128, 256), "rows of C per block"),
+        Param("BN", (32, 64, 128, 256), "columns of C per block"),
+        Param("BK", (8, 16, 32, 64), "depth of one K tile (one pipeline stage)"),
+        Param("WARPS_M", (1, 2, 4, 8), "warps along M"),
+        Param("WARPS_N", (1, 2, 4, 8), "warps along N"),
+        Param("stages", (2, 3, 4, 5), "K tiles in shared memory: one computed while the others load"),
+        Param("frags", (1, 2), "register buffers of A and B fragments: 2 = read step s + 1 while multiplying step s"),
+        Param("swizzle", (1, 2, 4, 8, 16), "block order: tile rows walked together, column by column (1 = row-major)"),
+    ),
+    defaults={"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2, "swizzle": 1},
+    name_format="{BM}x{BN}x{BK}_w{WARPS_M}x{WARPS_N}_s{stages}_f{frags}",
+    derive=derive,
+    check=check,
+    min_cc=80,
+    min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
+    name_options=(("swizzle", "_g{swizzle}", 1),),
+)
