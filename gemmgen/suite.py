@@ -1,7 +1,9 @@
 """The benchmark suite: a fixed list of shapes and, for each shape and precision, one kernel,
 measured next to cuBLAS in the same run. The kernel is the fastest verified one stored in the
-database for that shape, precision and architecture (any family), else the precision's named
-point. Progress is judged by the geometric mean of the ratios to cuBLAS."""
+database for that shape, precision and architecture (any family); where that shape has none, the
+fastest stored at the nearest shape that has one (a dispatcher's guess: it is verified at this
+shape like every other); else the precision's named point. Progress is judged by the geometric
+mean of the ratios to cuBLAS."""
 
 import math
 
@@ -15,8 +17,8 @@ SUITE_SHAPES = tuple(parse_shape(s) for s in (
     "1024", "2048", "4096", "8192", "4096x11008x4096", "8192x8192x1024",
     "16x4096x4096", "128x4096x4096", "1000", "4095x4097x4093"))
 SUITE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-# Named point used where nothing verified is stored; bf16 takes v6's tiles.
-FALLBACK = {"fp32": "v4", "tf32": "v5", "fp16": "v6", "bf16": "v6"}
+# Named point used where nothing verified is stored.
+FALLBACK = {"fp32": "v4", "tf32": "mma_tf32", "fp16": "mma_fp16", "bf16": "mma_bf16"}
 
 
 def fallback_config(precision: str, arch: Arch) -> KernelConfig:
@@ -24,24 +26,41 @@ def fallback_config(precision: str, arch: Arch) -> KernelConfig:
     return make_config(point.family, point.params, precision, arch)
 
 
+def shape_distance(a: Shape, b: Shape) -> float:
+    """How far apart two shapes are: the sum of |log(a_i / b_i)| over M, N and K."""
+    return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+
+
+def _stored_config(db, precision: str, shape: Shape, arch: Arch) -> KernelConfig | None:
+    row = db.best(family=None, precision=precision, shape=(shape.m, shape.n, shape.k), arch=arch.name)
+    if row is None:
+        return None
+    family, prec, params = point_spec(row.kernel)
+    try:
+        return make_config(family, params, prec, arch)
+    except InvalidPoint:  # stored by another version of gemmgen whose constraints differ
+        return None
+
+
 def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES) -> list[tuple[Shape, str, str,
                                                                                                 KernelConfig]]:
     """(shape, precision, label, config) for every suite entry; label says where it came from."""
     jobs = []
-    for shape in shapes:
-        for precision in precisions:
-            row = db.best(family=None, precision=precision, shape=(shape.m, shape.n, shape.k), arch=arch.name)
-            config = None
-            if row is not None:
-                family, prec, params = point_spec(row.kernel)
-                try:
-                    config = make_config(family, params, prec, arch)
-                    label = "stored best"
-                except InvalidPoint:
-                    config = None
+    for precision in precisions:
+        measured = {Shape(r.M, r.N, r.K) for r in db.results(precision=precision, arch=arch.name, status="ok")
+                    if r.family != "cublas"}
+        for shape in shapes:
+            config, label = _stored_config(db, precision, shape, arch), "stored best"
+            if config is None:
+                for near in sorted(measured - {shape}, key=lambda s: shape_distance(shape, s)):
+                    config, label = _stored_config(db, precision, near, arch), f"best at {near}"
+                    if config is not None:
+                        break
             if config is None:
                 config, label = fallback_config(precision, arch), FALLBACK[precision]
             jobs.append((shape, precision, label, config))
+    jobs.sort(key=lambda job: (SUITE_SHAPES.index(job[0]) if job[0] in SUITE_SHAPES else len(SUITE_SHAPES),
+                               SUITE_PRECISIONS.index(job[1])))
     return jobs
 
 

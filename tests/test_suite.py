@@ -37,9 +37,9 @@ def test_named_points_where_nothing_is_stored(db):
     assert len(jobs) == len(SUITE_SHAPES) * 4
     first = {prec: (label, config.name) for shape, prec, label, config in jobs if shape == SUITE_SHAPES[0]}
     assert first["fp32"] == ("v4", resolve_point("v4").name)
-    assert first["tf32"] == ("v5", resolve_point("v5").name)
-    assert first["fp16"] == ("v6", resolve_point("v6").name)
-    assert first["bf16"] == ("v6", "wmma_64x64x16_w2x2_p8_bf16")
+    assert first["tf32"] == ("mma_tf32", resolve_point("mma_tf32").name)
+    assert first["fp16"] == ("mma_fp16", resolve_point("mma_fp16").name)
+    assert first["bf16"] == ("mma_bf16", "mma_128x128x32_w2x2_s3_f2_bf16")
 
 
 def test_the_fastest_verified_stored_kernel_wins_and_cublas_is_not_a_candidate(db):
@@ -48,9 +48,20 @@ def test_the_fastest_verified_stored_kernel_wins_and_cublas_is_not_a_candidate(d
     _store(db, "cublas_fp32", "cublas", "fp32", shape, 51.7)
     _store(db, tuned, "warp", "fp32", shape, 46.7)
     _store(db, "warp_64x64x8_w32x32_t4x8_b1_fp32", "warp", "fp32", shape, 60.0, status="wrong_result")
-    jobs = suite_jobs(db, SM90, precisions=["fp32"], shapes=[shape, Shape(1024, 1024, 1024)])
+    jobs = suite_jobs(db, SM90, precisions=["fp32", "fp16"], shapes=[shape])
     assert [(label, config.name) for _, _, label, config in jobs] == [
-        ("stored best", tuned), ("v4", resolve_point("v4").name)]
+        ("stored best", tuned), ("mma_fp16", resolve_point("mma_fp16").name)]
+
+
+def test_a_shape_with_nothing_stored_takes_the_best_of_the_nearest_stored_shape(db):
+    near, far = Shape(16, 4096, 4096), Shape(4096, 4096, 4096)
+    _store(db, "warp_16x64x32_w16x32_t4x4_b2_k8_fp32", "warp", "fp32", near, 14.0)
+    _store(db, "warp_128x256x16_w128x16_t8x8_b2_fp32", "warp", "fp32", far, 46.7)
+    _store(db, "cublas_fp32", "cublas", "fp32", Shape(128, 4096, 4096), 20.0)  # never a candidate
+    jobs = suite_jobs(db, SM90, precisions=["fp32"], shapes=[Shape(128, 4096, 4096), Shape(2048, 2048, 2048)])
+    assert [(str(shape), label, config.name) for shape, _, label, config in jobs] == [  # in suite order
+        ("2048x2048x2048", "best at 4096x4096x4096", "warp_128x256x16_w128x16_t8x8_b2_fp32"),
+        ("128x4096x4096", "best at 16x4096x4096", "warp_16x64x32_w16x32_t4x4_b2_k8_fp32")]
 
 
 def test_geometric_mean_of_ratios():
