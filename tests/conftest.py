@@ -1,6 +1,8 @@
 """Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
-
 This is the one place that decides; tests only mark themselves.
+
+Shared fixtures: `build_cache` (a fresh build cache per module) and `bench` (a Bench on GPU 0 with
+its own database per module; a module may set BENCH_SEED and BENCH_TAG).
 """
 
 import shutil
@@ -39,3 +41,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=gpu_missing()))
         elif "nvcc" in item.keywords and nvcc_missing():
             item.add_marker(pytest.mark.skip(reason=f"nvcc not available: {nvcc_missing()}"))
+
+
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory):
+    """A fresh GEMMGEN_CACHE for the module: tests never read or write ~/.cache."""
+    folder = tmp_path_factory.mktemp("gemmgen-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEMMGEN_CACHE", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def bench(request, tmp_path_factory):
+    """A Bench on GPU 0 recording into a database of the module's own (short timings)."""
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.db import ResultsDB
+    from gemmgen.measure import Bench
+    from gemmgen.runtime import Gpu
+
+    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
+    gpu = Gpu()
+    b = Bench(gpu, db, tag=getattr(request.module, "BENCH_TAG", "test"), seed=getattr(request.module, "BENCH_SEED", 1),
+              min_total_ms=5.0)
+    yield b
+    b.close()
+    gpu.close()

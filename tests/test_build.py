@@ -29,12 +29,9 @@ REGISTERS_PER_SM = 64 * 1024  # every target here: a block must fit in the regis
 
 
 @pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    """A fresh GEMMGEN_CACHE for this module: tests never read or write ~/.cache."""
-    folder = tmp_path_factory.mktemp("gemmgen-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMGEN_CACHE", str(folder))
-        yield folder
+def _fresh_build_cache(build_cache):
+    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
+    return build_cache
 
 
 def run_two_at_a_time(jobs: dict) -> dict:

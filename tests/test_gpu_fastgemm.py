@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from gemmgen.config import make_config
-from gemmgen.measure import Bench
 from gemmgen.problem import Shape
 
 pytestmark = pytest.mark.gpu
@@ -25,18 +24,8 @@ POINTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.runtime import Gpu
-
-    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
-    gpu = Gpu()
-    b = Bench(gpu, db, tag="test-fastgemm", seed=3, min_total_ms=5.0)
-    yield b
-    b.close()
-    gpu.close()
+BENCH_SEED = 3  # the `bench` fixture (conftest.py) draws its inputs from this seed
+BENCH_TAG = "test-fastgemm"
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

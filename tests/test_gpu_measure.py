@@ -3,7 +3,6 @@ float64 reference at odd and aligned shapes, and a wrong kernel is recorded as w
 
 import pytest
 
-from gemmgen.measure import Bench
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 
@@ -14,18 +13,7 @@ SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(1000, 1000, 1000), Shape(4095
 POINTS = sorted({p.config().name: p.name for p in NAMED_POINTS.values()}.values())
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.runtime import Gpu
-
-    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
-    gpu = Gpu()
-    b = Bench(gpu, db, tag="test", seed=1, min_total_ms=5.0)
-    yield b
-    b.close()
-    gpu.close()
+BENCH_SEED = 1  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

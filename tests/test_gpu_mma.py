@@ -5,7 +5,6 @@ alignment, so the element-wise copy path runs) and aligned ones (the cp.async pa
 import pytest
 
 from gemmgen.config import make_config
-from gemmgen.measure import Bench
 from gemmgen.problem import Shape
 
 pytestmark = pytest.mark.gpu
@@ -21,18 +20,7 @@ SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(1000, 10
           Shape(16, 4096, 4096), Shape(4095, 4097, 4093), Shape(1024, 1024, 1024)]
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.runtime import Gpu
-
-    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'mma.db'}")
-    gpu = Gpu()
-    b = Bench(gpu, db, tag="test", seed=3, min_total_ms=5.0)
-    yield b
-    b.close()
-    gpu.close()
+BENCH_SEED = 3  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

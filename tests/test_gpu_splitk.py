@@ -11,7 +11,6 @@ import pytest
 from gemmgen.arch import detect_arch
 from gemmgen.build import build_kernel, find_tool
 from gemmgen.config import make_config
-from gemmgen.measure import Bench
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel
@@ -31,18 +30,7 @@ POINTS = {
 SHAPES = [Shape(17, 33, 65), Shape(16, 64, 33), Shape(16, 4096, 4096), Shape(4095, 4097, 4093)]
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.runtime import Gpu
-
-    db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
-    gpu = Gpu()
-    b = Bench(gpu, db, tag="test", seed=3, min_total_ms=5.0)
-    yield b
-    b.close()
-    gpu.close()
+BENCH_SEED = 3  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
 
 def config_of(point, bench):

@@ -12,11 +12,9 @@ DEFAULT = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages":
 
 
 @pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gemmgen-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMGEN_CACHE", str(folder))
-        yield folder
+def _fresh_build_cache(build_cache):
+    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
+    return build_cache
 
 
 def test_name_and_geometry_of_the_default_point():
