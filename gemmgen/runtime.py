@@ -158,33 +158,30 @@ class LoadedKernel:
         need = self.config.geometry.workspace_bytes(m, n)
         if need == 0:
             return 0
-        if need > self._workspace_bytes:
-            drv = self._drv
-            try:
-                if self._workspace is not None:
-                    drv.Context.synchronize()  # launches queued with the old buffer are done
-                    self._workspace.free()
-                    self._workspace, self._workspace_bytes = None, 0
-                self._workspace = drv.mem_alloc(need)
-                drv.memset_d32(self._workspace, 0, need // 4)
-            except drv.Error as err:
-                raise LaunchFailed(f"cannot allocate the {need}-byte workspace of {self.config.name}: {err}") from None
-            self._workspace_bytes = need
-        return int(self._workspace)
+        return self._grown("_workspace", need, zero=True)
 
     def _packed_buffer(self, need: int) -> int:
-        if need > self._packed_bytes:
+        return self._grown("_packed", need, zero=False)
+
+    def _grown(self, attr: str, need: int, zero: bool) -> int:
+        """The address of the buffer kept in ``attr`` (its size in ``attr + "_bytes"``), replaced by
+        a new one of ``need`` bytes (zeroed if asked) when it is smaller, once the launches queued
+        with it are done. A failed allocation leaves no buffer behind."""
+        if need > getattr(self, attr + "_bytes"):
             drv = self._drv
             try:
-                if self._packed is not None:
-                    drv.Context.synchronize()  # launches queued with the old buffer are done
-                    self._packed.free()
-                    self._packed, self._packed_bytes = None, 0
-                self._packed = drv.mem_alloc(need)
+                if getattr(self, attr) is not None:
+                    drv.Context.synchronize()
+                    getattr(self, attr).free()
+                    setattr(self, attr, None)
+                    setattr(self, attr + "_bytes", 0)
+                setattr(self, attr, drv.mem_alloc(need))
+                if zero:
+                    drv.memset_d32(getattr(self, attr), 0, need // 4)
             except drv.Error as err:
                 raise LaunchFailed(f"cannot allocate the {need}-byte workspace of {self.config.name}: {err}") from None
-            self._packed_bytes = need
-        return int(self._packed)
+            setattr(self, attr + "_bytes", need)
+        return int(getattr(self, attr))
 
     def check_shape(self, m: int, n: int, k: int) -> None:
         """Raise ShapeRefused naming the constraint when the kernel cannot take M, N, K."""
