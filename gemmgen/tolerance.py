@@ -1,19 +1,33 @@
 """How far a correct kernel's C may be from an exact (float64) reference, per precision.
 
-Two checks, both must pass (and no element may be NaN or Inf):
+Two checks, both must pass (and no element may be NaN or Inf). Both measure error against
+``scale = |alpha| * (|A| @ |B|) + |beta * C0|``, the size of the terms that are rounded, or
+against the result ``ref``:
 
 * elementwise, the classical error bound of a dot product:
-  ``|C - ref| <= elem_tol * (|alpha| * (|A| @ |B|) + |beta * C0|)`` with
-  ``elem_tol = 2 * (2 * u_in + (K + 2) * u_acc)``. ``u_in`` is the rounding of A and B
-  on their way into the multiplier (tf32 keeps 10 mantissa bits: 2^-10, which covers
-  truncation as well as rounding; fp32, fp16 and bf16 inputs reach the multiplier exactly, the
-  reference reading the same fp16/bf16 values); ``K * u_acc`` bounds the accumulation in any
-  order (Higham, gamma_K), ``+ 2`` the epilogue's two roundings, and the factor 2 is margin.
-  u_acc is 2^-24 (fp32 FFMA) or 2^-22 for tensor cores, whose adders may keep fewer guard bits.
-  This catches any single wrong element whose error is larger than rounding can explain.
-* normwise, ``||C - ref||_F / ||ref||_F <= 2 * u_in + 4 * sqrt(K) * u_acc``: rounding errors
-  of random data grow like sqrt(K) * u_acc, several times below this; a kernel that drops or
-  repeats a K tile, or a row or column of tiles, lands orders of magnitude above it.
+  ``|C - ref| <= elem_tol * scale`` with ``elem_tol = 2 * (2 * u_in + (K + 2) * u_acc)``.
+  ``u_in`` is the rounding of A and B on their way into the multiplier (tf32 keeps 10 mantissa
+  bits: 2^-10, which covers truncation as well as rounding; fp32, fp16 and bf16 inputs reach the
+  multiplier exactly, the reference reading the same fp16/bf16 values); ``K * u_acc`` bounds the
+  accumulation in any order (Higham, gamma_K), ``+ 2`` the epilogue's two roundings, and the
+  factor 2 is margin. u_acc is 2^-24 (fp32 FFMA) or 2^-22 for tensor cores, whose adders may keep
+  fewer guard bits. This catches any single wrong element whose error is larger than rounding can
+  explain.
+* normwise, ``||C - ref||_F <= norm_tol * max(||ref||_F, ||scale||_F / sqrt(K))`` with
+  ``norm_tol = 2 * u_in + 4 * sqrt(K) * u_acc`` (see :func:`normwise_norm`). Rounding errors are
+  proportional to the values rounded (products, partial sums, ``alpha * acc``, ``beta * C0``),
+  not to the result. On the random inputs of the checks (uniform(-1, 1), zero mean, many
+  elements) the result is as large as those values, ``||ref||_F`` is the larger of the two norms
+  (about 4/3 of ``||scale||_F / sqrt(K)``), and errors grow like ``sqrt(K) * u_acc`` relative to
+  it, several times below ``norm_tol``. Where the result is small against its terms (few
+  elements, with ``alpha * A @ B`` and ``beta * C0`` nearly cancelling, or a dot product that
+  sums to nearly zero), ``||scale||_F / sqrt(K)`` is the larger: the terms' size at K = 1
+  (``|alpha a b| + |beta c0|``), and the size of a random dot product's partial sums for any K.
+  At K = 1 the bound holds for any data: C computed with correctly rounded operations (the
+  product, ``alpha * acc``, ``beta * c0``, their sum) is within ``(2 u_in + 3 u_acc) * scale``
+  of ref in every element, to first order. A kernel that drops or repeats a K tile, or a row or column of tiles,
+  lands orders of magnitude above the bound, which on such data is the same as
+  ``norm_tol * ||ref||_F``.
 """
 
 import math
@@ -28,10 +42,18 @@ UNIT_ROUNDOFF = {
 
 
 def elementwise_tolerance(precision: str, k: int) -> float:
+    """elem_tol: ``|C - ref| <= elem_tol * scale`` must hold for every element."""
     u_in, u_acc = UNIT_ROUNDOFF[precision]
     return 2.0 * (2.0 * u_in + (k + 2) * u_acc)
 
 
 def normwise_tolerance(precision: str, k: int) -> float:
+    """norm_tol: ``||C - ref||_F <= norm_tol * normwise_norm(...)`` must hold."""
     u_in, u_acc = UNIT_ROUNDOFF[precision]
     return 2.0 * u_in + 4.0 * math.sqrt(k) * u_acc
+
+
+def normwise_norm(ref_norm: float, scale_norm: float, k: int) -> float:
+    """What ``||C - ref||_F`` is measured against: ``max(||ref||_F, ||scale||_F / sqrt(K))``,
+    given ``ref_norm = ||ref||_F`` and ``scale_norm = ||scale||_F`` (over the same elements)."""
+    return max(ref_norm, scale_norm / math.sqrt(k))

@@ -8,6 +8,23 @@ from gemmgen.errors import InvalidParameter
 from gemmgen.problem import Shape, parse_shape
 
 
+def keep_tf32_bits(x):
+    """float32 -> float32 with 10 mantissa bits (truncated), as a tf32 multiplier may read it."""
+    return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def float32_gemm(a, b, c0, alpha, beta):
+    """C as a correct fp32 kernel gives it: A @ B accumulated in float32, then alpha * acc + beta * C0
+    with every operation rounded to float32 (C0 not read when beta == 0)."""
+    out = np.float32(alpha) * (a @ b)
+    return out + np.float32(beta) * c0 if beta != 0.0 else out
+
+
+def relative_to_result(c, ref):
+    """||C - ref||_F / ||ref||_F: the measure the normwise check used before it allowed for cancellation."""
+    return float(np.linalg.norm(c.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+
 def _case(rng, m=64, n=48, k=96, precision="fp32"):
     a = verify.random_matrix(rng, m, k, precision)
     b = verify.random_matrix(rng, k, n, precision)
@@ -45,8 +62,7 @@ def test_nan_fails_even_if_everything_else_is_right():
 def test_tf32_rounding_passes_but_fp32_tolerance_rejects_it():
     rng = np.random.default_rng(3)
     a, b, c0, ref, scale = _case(rng, k=512)
-    truncate = lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)  # keep 10 mantissa bits
-    c = (1.25 * (truncate(a) @ truncate(b)) - 0.75 * c0).astype(np.float32)
+    c = (1.25 * (keep_tf32_bits(a) @ keep_tf32_bits(b)) - 0.75 * c0).astype(np.float32)
     assert verify.compare(c, ref, scale, "tf32", 512).ok
     assert not verify.compare(c, ref, scale, "fp32", 512).ok
 
@@ -56,6 +72,77 @@ def test_dropping_one_k_term_fails():
     a, b, c0, ref, scale = _case(rng, k=256)
     c = (1.25 * (a[:, :-1] @ b[:-1, :]) - 0.75 * c0).astype(np.float32)
     assert not verify.compare(c, ref, scale, "fp32", 256).ok
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_near_cancellation_at_k1_passes(precision):
+    """K = 1, beta * c0 within rounding of -alpha * a * b: the result is tiny against its terms, so
+    the float32 roundings of alpha * a * b and beta * c0 are large relative to it, yet C is what a
+    correct kernel gives. (Relative to ||ref|| the error is far over the tolerance.)"""
+    rng = np.random.default_rng(6)
+    alpha, beta = verify.CHECKS[1]
+    a, b = verify.random_matrix(rng, 64, 1, precision), verify.random_matrix(rng, 1, 48, precision)
+    c0 = (alpha * (a.astype(np.float64) @ b.astype(np.float64)) / -beta).astype(np.float32)
+    ref, scale = verify.host_reference(a.astype(np.float64), b.astype(np.float64), c0, alpha, beta)
+    read = keep_tf32_bits if precision == "tf32" else (lambda x: x)
+    c = float32_gemm(read(a), read(b), c0, alpha, beta)
+    assert relative_to_result(c, ref) > 100 * tolerance.normwise_tolerance(precision, 1)
+    v = verify.compare(c, ref, scale, precision, 1)
+    assert v.ok, v.message
+
+
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_one_element_results_pass_whatever_the_draw(k):
+    """1 x 1 x K, as the GPU tests run it: over many draws of both checks, the float32 result always
+    passes, including the draws where the result is small against its terms (counted: there must be
+    some, or this test would not test the cancellation)."""
+    rng = np.random.default_rng(7)
+    cancelling = 0
+    for _ in range(500):
+        for alpha, beta in verify.CHECKS:
+            a, b = verify.random_matrix(rng, 1, k, "fp32"), verify.random_matrix(rng, k, 1, "fp32")
+            c0 = verify.random_matrix(rng, 1, 1, "fp32")
+            ref, scale = verify.host_reference(a.astype(np.float64), b.astype(np.float64), c0, alpha, beta)
+            c = float32_gemm(a, b, c0, alpha, beta)
+            cancelling += relative_to_result(c, ref) > tolerance.normwise_tolerance("fp32", k)
+            v = verify.compare(c, ref, scale, "fp32", k)
+            assert v.ok, (alpha, beta, a, b, c0, v.message)
+    assert cancelling > 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("fault", ["drop", "repeat"])
+def test_a_dropped_or_repeated_k_tile_fails_the_normwise_check(precision, fault):
+    """K = 4096, one tile of 8 k steps left out or summed twice: over the whole matrix, the normwise
+    check alone rejects it (tf32's loose tolerance at large K is the hard case), and the correct
+    result passes."""
+    rng = np.random.default_rng(8)
+    k, tile = 4096, slice(2048, 2056)
+    a, b, c0, ref, scale = _case(rng, m=64, n=64, k=k, precision=precision)
+    a32, b32 = verify.as_float64(a, precision).astype(np.float32), verify.as_float64(b, precision).astype(np.float32)
+    if precision == "tf32":
+        a32, b32 = keep_tf32_bits(a32), keep_tf32_bits(b32)
+    good = float32_gemm(a32, b32, c0, 1.25, -0.75)
+    assert verify.compare(good, ref, scale, precision, k).ok
+    tile_product = a32[:, tile] @ b32[tile, :]
+    wrong = good + np.float32(1.25) * (-tile_product if fault == "drop" else tile_product)
+    v = verify.compare(wrong, ref, scale, precision, k)
+    assert not v.ok and v.rel_error > 3 * tolerance.normwise_tolerance(precision, k), v
+
+
+@pytest.mark.parametrize("wrong_tiles", ["row", "column"])
+def test_one_row_or_column_of_tiles_missing_a_k_tile_fails(wrong_tiles):
+    """tf32 at K = 4096, 128 x 128 in 16 x 16 tiles: one row (or column) of tiles leaves out its
+    last K tile. The elementwise bound cannot see it; the normwise check does."""
+    rng = np.random.default_rng(9)
+    k = 4096
+    a, b, c0, ref, scale = _case(rng, m=128, n=128, k=k, precision="tf32")
+    a32, b32 = keep_tf32_bits(a), keep_tf32_bits(b)
+    c = float32_gemm(a32, b32, c0, 1.25, -0.75)
+    band = (slice(32, 48), slice(None)) if wrong_tiles == "row" else (slice(None), slice(32, 48))
+    c[band] -= np.float32(1.25) * (a32[band[0], -8:] @ b32[-8:, band[1]])
+    v = verify.compare(c, ref, scale, "tf32", k)
+    assert not v.ok and v.bad == 0 and v.rel_error > tolerance.normwise_tolerance("tf32", k), v
 
 
 def test_bf16_round_trip_and_rounding():
