@@ -1,4 +1,5 @@
-"""Rows (dicts) -> text: an aligned table for people, CSV or JSON for programs.
+"""Rows (dicts) -> text: an aligned table for people, CSV or JSON for programs; and the geometric
+mean that summarizes measurements over several shapes.
 
 The returned text has no trailing newline; the caller prints it.
 """
@@ -7,6 +8,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable
 from datetime import date, datetime
 
 from gemmgen.errors import GemmgenError
@@ -103,3 +105,12 @@ def format_rows(rows: list[dict], columns: list[str], fmt: str) -> str:
         if unknown:
             raise GemmgenError(f"unknown column {unknown[0]!r}; columns: {', '.join(known)}")
     return {"table": _table, "csv": _csv, "json": _json}[fmt](rows, columns)
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """The geometric mean of positive numbers (ratios to cuBLAS, TFLOP/s): exp of the mean of the
+    logs. Raises ValueError where there are no values or one is not > 0."""
+    values = list(values)
+    if not values or not all(v > 0 for v in values):
+        raise ValueError(f"the geometric mean needs one or more positive numbers, not {values!r}")
+    return math.exp(math.fsum(map(math.log, values)) / len(values))

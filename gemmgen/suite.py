@@ -12,6 +12,7 @@ from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import InvalidPoint
 from gemmgen.points import NAMED_POINTS, point_spec
 from gemmgen.problem import Shape, parse_shape
+from gemmgen.report import geometric_mean
 
 SUITE_SHAPES = tuple(parse_shape(s) for s in (
     "1024", "2048", "4096", "8192", "4096x11008x4096", "8192x8192x1024",
@@ -72,4 +73,4 @@ def geometric_mean_ratios(rows: list[dict]) -> dict[str, float | None]:
             by_precision.setdefault(row["precision"], [])
             if row["% cuBLAS"]:
                 by_precision[row["precision"]].append(row["% cuBLAS"] / 100.0)
-    return {p: math.exp(sum(map(math.log, r)) / len(r)) if r else None for p, r in by_precision.items()}
+    return {p: geometric_mean(r) if r else None for p, r in by_precision.items()}

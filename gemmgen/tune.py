@@ -8,7 +8,6 @@ storage on the same URL); every measurement is committed when taken. A point alr
 on this device and shape is not compiled or timed again: its stored result is reused.
 """
 
-import math
 import multiprocessing
 import signal
 import time
@@ -26,6 +25,7 @@ from gemmgen.measure import Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash
+from gemmgen.report import geometric_mean
 from gemmgen.runtime import Timing
 from gemmgen.space import SearchSpace
 
@@ -72,10 +72,6 @@ def named_points_in(space: SearchSpace, precision: str) -> list[str]:
 def _compile(family: str, params: dict, precision: str, arch: str, timeout_s: float) -> BuildResult:
     """Runs in a worker process: render and compile one point (into the shared cache)."""
     return build_kernel(make_config(family, params, precision, arch), timeout_s=timeout_s)
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 @dataclass

@@ -8,6 +8,7 @@ from gemmgen.arch import parse_arch
 from gemmgen.db import ResultsDB
 from gemmgen.points import resolve_point
 from gemmgen.problem import Shape
+from gemmgen.report import geometric_mean
 from gemmgen.suite import SUITE_SHAPES, geometric_mean_ratios, suite_jobs
 
 SM90 = parse_arch("sm_90")
@@ -71,3 +72,13 @@ def test_geometric_mean_of_ratios():
             {"point": "v6", "precision": "fp16", "% cuBLAS": None}]
     means = geometric_mean_ratios(rows)
     assert means["fp32"] == pytest.approx(math.sqrt(0.8 * 1.25)) and means["fp16"] is None
+
+
+def test_geometric_mean():
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geometric_mean(iter([0.8, 1.25, 1.0])) == pytest.approx(1.0)
+    assert geometric_mean([47.3]) == pytest.approx(47.3)
+    assert geometric_mean([1e200, 1e200]) == pytest.approx(1e200)  # the product would overflow
+    for values in ([], [1.0, 0.0], [2.0, -1.0], [float("nan")]):
+        with pytest.raises(ValueError, match="positive"):
+            geometric_mean(values)
