@@ -3,15 +3,20 @@ This is the one place that decides; tests only mark themselves.
 
 Shared fixtures: `build_cache` (a fresh build cache per module) and `bench` (a Bench on GPU 0 with
 its own database per module; a module may set BENCH_SEED and BENCH_TAG).
+
+Shared helpers, for `from conftest import ...`: the fastgemm and split-K test points (each built
+by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
 """
 
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
-from gemmgen.build import find_tool
+from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.errors import ToolNotFound
 
 
@@ -67,3 +72,83 @@ def bench(request, tmp_path_factory):
     yield b
     b.close()
     gpu.close()
+
+
+# ---- test points ---------------------------------------------------------------------------------
+
+FASTGEMM_SEED = {"BM": 24, "BN": 512, "BK": 8, "THREADS": 128, "AV": 24, "KC": 1, "preload": 1}
+# fastgemm points that exercise each part of its template: the wiki's point (C updated in shared
+# memory at every k step); sums kept in registers for a whole K tile; no preloading; two thread
+# groups along M (A vectors); two float4 B vectors per thread; small blocks; 512 threads (at most
+# 128 registers each); a deep K tile.
+FASTGEMM_POINTS = {
+    "seed": FASTGEMM_SEED,
+    "kc_tile": {**FASTGEMM_SEED, "KC": 8},
+    "no_preload": {**FASTGEMM_SEED, "KC": 4, "preload": 0},
+    "two_groups": {"BM": 48, "BN": 256, "BK": 8, "THREADS": 128, "AV": 24, "KC": 8, "preload": 1},
+    "two_b_vectors": {"BM": 16, "BN": 1024, "BK": 4, "THREADS": 128, "AV": 16, "KC": 4, "preload": 1},
+    "small": {"BM": 16, "BN": 128, "BK": 4, "THREADS": 64, "AV": 8, "KC": 2, "preload": 0},
+    "wide_block": {"BM": 128, "BN": 128, "BK": 8, "THREADS": 512, "AV": 8, "KC": 4, "preload": 1},
+    "deep_k": {"BM": 32, "BN": 256, "BK": 16, "THREADS": 128, "AV": 16, "KC": 16, "preload": 1},
+}
+
+
+def split_points() -> dict[str, dict]:
+    """`warp` points with split-K and block swizzle, by label: the named point `splitk`; BM = 16 with
+    16 splits and one buffer; v4 split 4 ways and swizzled; v4 swizzled only; BN = 16 split 2 ways."""
+    from gemmgen.points import NAMED_POINTS
+
+    v4 = dict(NAMED_POINTS["v4"].params)
+    return {
+        "splitk": dict(NAMED_POINTS["splitk"].params),
+        "m16_k16_g2_b1": {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 32, "TM": 4, "TN": 4, "buffers": 1,
+                          "split_k": 16, "swizzle": 2},
+        "v4_k4_g8": {**v4, "split_k": 4, "swizzle": 8},
+        "v4_g4": {**v4, "swizzle": 4},
+        "n16_k2_g16": {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4, "TN": 4, "split_k": 2,
+                       "swizzle": 16},
+    }
+
+
+# ---- building, compiling, measuring ---------------------------------------------------------------
+
+REGISTERS_PER_SM = 64 * 1024
+
+
+def build_all(configs: dict) -> dict:
+    """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled, two at a time,
+    into the current GEMMGEN_CACHE (a module gets a fresh one from the build_cache fixture)."""
+    with ThreadPoolExecutor(2) as pool:
+        futures = {key: pool.submit(build_kernel, config) for key, config in configs.items()}
+        return {key: (configs[key], future.result()) for key, future in futures.items()}
+
+
+def assert_compiles_without_spills(config, result):
+    """Fails the test unless ``result`` (config's BuildResult) compiled and ptxas reported the kernel
+    with registers, no spills, and a block's registers within one SM's. Returns the ResourceUsage."""
+    assert result.ok, result.log
+    usage = kernel_usage(config, result)
+    assert usage is not None and usage.registers > 0, result.log
+    assert usage.spills is False, usage
+    assert usage.registers * config.geometry.threads <= REGISTERS_PER_SM, usage
+    return usage
+
+
+def nvcc_compile(source: str, out: Path, arch: str, *flags: str) -> Path:
+    """Writes ``source`` to ``out`` with the suffix .cu and runs ``nvcc -O3 -arch=<arch> <flags> -o out``
+    on it; fails the test with nvcc's output where nvcc fails. Returns ``out``."""
+    cu = out.with_suffix(".cu")
+    cu.write_text(source)
+    proc = subprocess.run([find_tool("nvcc"), "-O3", f"-arch={arch}", *flags, str(cu), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def assert_measured_ok(bench, label: str, config, shape):
+    """Measures ``config`` at ``shape`` through ``bench`` (build, both checks, timing, record) and
+    fails the test unless it passed and was timed. Returns the Measured."""
+    m = bench.measure_point(label, config, shape)
+    assert m.status == "ok", m.message
+    assert m.timing.median_ms > 0 and m.rel_error is not None
+    return m

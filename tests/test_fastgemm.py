@@ -4,12 +4,12 @@ compile with nvcc for sm_80 and sm_90 without spilling."""
 
 import itertools
 import re
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import FASTGEMM_POINTS as POINTS
+from conftest import FASTGEMM_SEED as SEED
+from conftest import assert_compiles_without_spills, build_all, nvcc_compile
 
-from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidPoint
 from gemmgen.families import get_family
@@ -17,23 +17,7 @@ from gemmgen.points import NAMED_POINTS, resolve_point
 from gemmgen.render import render_kernel
 from gemmgen.space import load_space
 
-SEED = {"BM": 24, "BN": 512, "BK": 8, "THREADS": 128, "AV": 24, "KC": 1, "preload": 1}
 ARCHS = ("sm_80", "sm_90")
-REGISTERS_PER_SM = 64 * 1024
-
-# Points that exercise each part of the template: the wiki's point; sums kept for a whole K
-# tile; no preloading; two thread groups along M (A vectors); two float4 B vectors per thread;
-# small blocks; 512 threads (at most 128 registers each); a deep K tile.
-POINTS = {
-    "seed": SEED,
-    "kc_tile": {**SEED, "KC": 8},
-    "no_preload": {**SEED, "KC": 4, "preload": 0},
-    "two_groups": {"BM": 48, "BN": 256, "BK": 8, "THREADS": 128, "AV": 24, "KC": 8, "preload": 1},
-    "two_b_vectors": {"BM": 16, "BN": 1024, "BK": 4, "THREADS": 128, "AV": 16, "KC": 4, "preload": 1},
-    "small": {"BM": 16, "BN": 128, "BK": 4, "THREADS": 64, "AV": 8, "KC": 2, "preload": 0},
-    "wide_block": {"BM": 128, "BN": 128, "BK": 8, "THREADS": 512, "AV": 8, "KC": 4, "preload": 1},
-    "deep_k": {"BM": 32, "BN": 256, "BK": 16, "THREADS": 128, "AV": 16, "KC": 16, "preload": 1},
-}
 
 
 def violations_of(params, arch="sm_90"):
@@ -173,14 +157,8 @@ def test_renders(point):
 # ---- nvcc ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gemmgen-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMGEN_CACHE", str(folder))
-        configs = {(p, a): make_config("fastgemm", POINTS[p], "fp32", a) for p in POINTS for a in ARCHS}
-        with ThreadPoolExecutor(2) as pool:
-            futures = {key: pool.submit(build_kernel, c) for key, c in configs.items()}
-            yield {key: (configs[key], f.result()) for key, f in futures.items()}
+def builds(build_cache):
+    return build_all({(p, a): make_config("fastgemm", POINTS[p], "fp32", a) for p in POINTS for a in ARCHS})
 
 
 @pytest.mark.nvcc
@@ -188,21 +166,13 @@ def builds(tmp_path_factory):
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_compiles_without_spills(builds, point, arch):
     config, result = builds[(point, arch)]
-    assert result.ok, result.log
+    usage = assert_compiles_without_spills(config, result)
     assert f"for '{arch}'" in result.log
-    usage = kernel_usage(config, result)
-    assert usage is not None
-    assert usage.spills is False, usage
-    assert 0 < usage.registers <= config.derived["REGISTER_LIMIT"]
-    assert usage.registers * config.geometry.threads <= REGISTERS_PER_SM
+    assert usage.registers <= config.derived["REGISTER_LIMIT"]
 
 
 def ptx_of(config, tmp_path):
-    source, ptx = tmp_path / f"{config.name}.cu", tmp_path / f"{config.name}.ptx"
-    source.write_text(render_kernel(config))
-    subprocess.run([find_tool("nvcc"), "-O3", f"-arch={config.arch.name}", "-ptx", str(source), "-o", str(ptx)],
-                   check=True, capture_output=True, timeout=300)
-    return ptx.read_text()
+    return nvcc_compile(render_kernel(config), tmp_path / f"{config.name}.ptx", config.arch.name, "-ptx").read_text()
 
 
 @pytest.mark.nvcc

@@ -7,9 +7,10 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import assert_measured_ok, nvcc_compile, split_points
 
 from gemmgen.arch import detect_arch
-from gemmgen.build import build_kernel, find_tool
+from gemmgen.build import build_kernel
 from gemmgen.config import make_config
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
@@ -17,15 +18,7 @@ from gemmgen.render import render_kernel
 
 pytestmark = pytest.mark.gpu
 
-V4 = dict(NAMED_POINTS["v4"].params)
-SMALL_M = {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 32, "TM": 4, "TN": 4}
-POINTS = {
-    "splitk": dict(NAMED_POINTS["splitk"].params),
-    "m16_k16_g2_b1": {**SMALL_M, "buffers": 1, "split_k": 16, "swizzle": 2},
-    "v4_k4_g8": {**V4, "split_k": 4, "swizzle": 8},
-    "v4_g4": {**V4, "swizzle": 4},
-    "n16_k2_g16": {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4, "TN": 4, "split_k": 2, "swizzle": 16},
-}
+POINTS = split_points()  # test_splitk.py builds the same points without a GPU
 # 16x64x33 (and 1x1x1, below): K <= BK * (split_k - 1) for the split points: their last splits are empty.
 SHAPES = [Shape(17, 33, 65), Shape(16, 64, 33), Shape(16, 4096, 4096), Shape(4095, 4097, 4093)]
 
@@ -40,9 +33,7 @@ def config_of(point, bench):
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_split_and_swizzle_match_the_reference(bench, point, shape):
-    m = bench.measure_point(point, config_of(point, bench), shape)
-    assert m.status == "ok", m.message
-    assert m.timing.median_ms > 0 and m.rel_error is not None
+    assert_measured_ok(bench, point, config_of(point, bench), shape)
 
 
 def load(bench, config):
@@ -122,12 +113,8 @@ def harnesses(tmp_path_factory):
     folder = tmp_path_factory.mktemp("harness")
     exes = {}
     for point in ("m16_k16_g2_b1", "v4_k4_g8"):
-        src = folder / f"{point}.cu"
-        src.write_text(render_kernel(make_config("warp", POINTS[point], "fp32", arch), harness=True))
-        proc = subprocess.run([find_tool("nvcc"), "-O3", f"-arch=sm_{arch.cc}", str(src), "-o", str(folder / point)],
-                              capture_output=True, text=True, timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        exes[point] = folder / point
+        source = render_kernel(make_config("warp", POINTS[point], "fp32", arch), harness=True)
+        exes[point] = nvcc_compile(source, folder / point, f"sm_{arch.cc}")
     return exes
 
 

@@ -8,13 +8,10 @@ templates/common.cuh.j2; the GPU tests (test_gpu_splitk.py) check the results th
 
 import itertools
 import re
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import assert_compiles_without_spills, build_all, nvcc_compile, split_points
 
-from gemmgen.arch import parse_arch
-from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
@@ -264,26 +261,13 @@ def test_block_swizzle_is_a_permutation_in_grouped_order(group, grid_n, grid_m):
 
 # ---- nvcc ---------------------------------------------------------------------------------------
 
-BUILD_POINTS = {
-    "splitk": lambda arch: resolve_point("splitk", arch),
-    "v4_k4_g8": lambda arch: make_config("warp", {**V4, "split_k": 4, "swizzle": 8}, arch=arch),
-    "v4_g16": lambda arch: make_config("warp", {**V4, "swizzle": 16}, arch=arch),
-    "m16_k16_b1": lambda arch: make_config("warp", {**SMALL_M, "BN": 64, "BK": 32, "WN": 32, "TN": 4,
-                                                    "buffers": 1, "split_k": 16, "swizzle": 2}, arch=arch),
-    "n16_k2": lambda arch: make_config("warp", {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4,
-                                                "TN": 4, "split_k": 2, "swizzle": 4}, arch=arch),
-}
+BUILD_POINTS = split_points()  # the points test_gpu_splitk.py runs
 BUILD_ARCHS = ("sm_80", "sm_90")
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMGEN_CACHE", str(tmp_path_factory.mktemp("gemmgen-cache")))
-        configs = {(p, a): make(parse_arch(a)) for p, make in BUILD_POINTS.items() for a in BUILD_ARCHS}
-        with ThreadPoolExecutor(2) as pool:
-            futures = {key: pool.submit(build_kernel, c) for key, c in configs.items()}
-            yield {key: (configs[key], f.result()) for key, f in futures.items()}
+def builds(build_cache):
+    return build_all({(p, a): make_config("warp", BUILD_POINTS[p], arch=a) for p in BUILD_POINTS for a in BUILD_ARCHS})
 
 
 @pytest.mark.nvcc
@@ -291,19 +275,10 @@ def builds(tmp_path_factory):
 @pytest.mark.parametrize("point", sorted(BUILD_POINTS))
 def test_split_and_swizzle_points_compile_without_spills(builds, point, arch):
     config, result = builds[(point, arch)]
-    assert result.ok, result.log
-    usage = kernel_usage(config, result)
-    assert usage is not None and usage.registers > 0
-    assert usage.spills is False, usage
-    assert usage.registers * config.geometry.threads <= 64 * 1024
+    assert_compiles_without_spills(config, result)
 
 
 @pytest.mark.nvcc
 def test_split_harness_compiles_and_links(tmp_path):
     config = make_config("warp", {**V4, "split_k": 4, "swizzle": 8}, arch="sm_90")
-    source, exe = tmp_path / "gemm.cu", tmp_path / "gemm"
-    source.write_text(render_kernel(config, harness=True))
-    proc = subprocess.run([find_tool("nvcc"), "-O3", "-arch=sm_90", str(source), "-o", str(exe)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert exe.is_file()
+    assert nvcc_compile(render_kernel(config, harness=True), tmp_path / "gemm", "sm_90").is_file()
