@@ -21,6 +21,14 @@ class Arch:
     def name(self) -> str:
         return f"sm_{self.cc}{self.suffix}"
 
+    @property
+    def nvcc_flags(self) -> list[str]:
+        """nvcc's target flags. An "a" target is written with -gencode: nvcc 13.0's -arch=sm_90a
+        shorthand also runs a plain sm_90 pass, which rejects wgmma and setmaxnreg."""
+        if self.suffix:
+            return [f"-gencode=arch=compute_{self.cc}{self.suffix},code=sm_{self.cc}{self.suffix}"]
+        return [f"-arch=sm_{self.cc}"]
+
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_GRID_Y = 65535

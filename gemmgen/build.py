@@ -71,12 +71,6 @@ def nvcc_version(nvcc: str) -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def arch_flags(arch: Arch) -> list[str]:
-    if arch.suffix:  # architecture-specific features (wgmma, setmaxnreg) need the "a" target
-        return [f"-gencode=arch=compute_{arch.cc}{arch.suffix},code=sm_{arch.cc}{arch.suffix}"]
-    return [f"-arch=sm_{arch.cc}"]
-
-
 def cache_dir() -> Path:
     """$GEMMGEN_CACHE, else ~/.cache/gemmgen (XDG_CACHE_HOME respected)."""
     if os.environ.get("GEMMGEN_CACHE"):
@@ -126,7 +120,7 @@ def build_cubin(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAGS,
     timeout. Raises ToolNotFound when nvcc is missing.
     """
     nvcc = find_tool("nvcc")
-    cmd_flags = [*flags, *arch_flags(arch), "-cubin", "-Xptxas", "-v"]
+    cmd_flags = [*flags, *arch.nvcc_flags, "-cubin", "-Xptxas", "-v"]
     key = hashlib.sha256("\0".join([source, *cmd_flags, nvcc_version(nvcc)]).encode()).hexdigest()[:32]
     folder = cache_dir()
     meta_path, cubin_path = folder / f"{key}.json", folder / f"{key}.cubin"
@@ -166,7 +160,7 @@ def build_cubin(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAGS,
 
 def build_kernel(config: KernelConfig, **kwargs) -> BuildResult:
     """Render ``config`` and compile it; see :func:`build_cubin`."""
-    return build_cubin(render_kernel(config), config.arch, **kwargs)
+    return build_cubin(render_kernel(config), config.build_arch, **kwargs)
 
 
 def kernel_usage(config: KernelConfig, result: BuildResult) -> ResourceUsage | None:

@@ -48,6 +48,14 @@ class KernelConfig:
         return self.derived["geometry"]
 
     @property
+    def build_arch(self) -> Arch:
+        """The target nvcc builds for: ``arch``, or its architecture-specific form (sm_90a) for a
+        family that needs one."""
+        if self.family.arch_specific and not self.arch.suffix:
+            return Arch(self.arch.cc, self.arch.max_smem_per_block, "a")
+        return self.arch
+
+    @property
     def element_type(self) -> str:
         """C type of A and B: float, __half or __nv_bfloat16."""
         return ELEMENT_TYPES[self.precision][0]

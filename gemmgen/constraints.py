@@ -19,9 +19,14 @@ def violations(family: Family, params: Params, precision: str, arch: Arch, deriv
     need = PRECISION_MIN_CC[precision]
     if arch.cc < need:
         found.append(f"{precision} needs sm_{need} or newer; target is {arch.name}")
-    if arch.cc < family.min_cc:
-        found.append(f"family {family.name} needs sm_{family.min_cc} or newer ({family.min_cc_why}); "
-                     f"target is {arch.name}")
+    if not family.runs_on(arch.cc):
+        if family.max_cc == family.min_cc:
+            supported = f"runs on sm_{family.min_cc} only"
+        elif arch.cc < family.min_cc:
+            supported = f"needs sm_{family.min_cc} or newer"
+        else:
+            supported = f"runs on sm_{family.max_cc} or older"
+        found.append(f"family {family.name} {supported} ({family.min_cc_why}); target is {arch.name}")
     if geometry.threads > MAX_THREADS_PER_BLOCK:
         found.append(f"threads per block = {geometry.threads} exceeds {MAX_THREADS_PER_BLOCK}")
     if geometry.threads < 1:

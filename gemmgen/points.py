@@ -1,7 +1,7 @@
 """Named points: the kernels of the seed documents as points of gemmgen's families.
 
 ``v1``..``v6`` are the FastCuda guide's six versions with the parameters it gives; ``blog_*``
-are the CUDA-007 blog's kernels; ``splitk`` and ``mma_*`` are gemmgen's own. Where a
+are the CUDA-007 blog's kernels; ``splitk``, ``mma_*`` and ``hopper_*`` are gemmgen's own. Where a
 point differs from its seed's code, ``note`` says how; the README's table repeats it.
 """
 
@@ -89,6 +89,15 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
                "gemmgen: mma.sync m16n8k8 tf32, 128x32 warp tiles",
                "not a seed kernel: the tiles of the best of the H100 tuning at 4096^3 (BK=32), with BK=16 so "
                "that it fits the 99 KiB of shared memory of sm_86/sm_89"),
+    NamedPoint("hopper_fp16", "hopper", "fp16",
+               {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1},
+               "gemmgen: TMA + wgmma m64n256k16, two consumer warpgroups, 4-stage ring, persistent"),
+    NamedPoint("hopper_bf16", "hopper", "bf16",
+               {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1},
+               "gemmgen: hopper_fp16's tiles for bf16"),
+    NamedPoint("hopper_tf32", "hopper", "tf32",
+               {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1},
+               "gemmgen: TMA + wgmma m64n256k8 tf32 on B transposed by the pack kernel"),
 )}
 
 

@@ -26,6 +26,8 @@ def _environment() -> jinja2.Environment:
 
 def requirements(config: KernelConfig) -> str:
     """What the kernel requires of M, N, K, in words (also written in the emitted header)."""
+    if config.geometry.persistent:  # tiles are walked by index: no grid limit on M
+        return config.family.requires
     return f"{config.family.requires}; M <= {MAX_GRID_Y * config.geometry.tile_m} (grid y limit)"
 
 
@@ -53,7 +55,8 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         d=config.derived,
         precision=config.precision,
         T=config.element_type,
-        arch=config.arch.name,
+        arch=config.build_arch.name,
+        arch_flags=" ".join(config.build_arch.nvcc_flags),
         block=g.block,
         threads=g.threads,
         tile_m=g.tile_m,

@@ -15,6 +15,7 @@ import numpy as np
 from gemmgen.arch import DEFAULT_SMEM_LIMIT, MAX_GRID_Y, Arch, parse_arch
 from gemmgen.config import KernelConfig
 from gemmgen.errors import GemmgenError
+from gemmgen.driver import DriverError, DriverKernel, encode_tiled
 
 
 class GpuUnavailable(GemmgenError):
@@ -137,6 +138,14 @@ class LoadedKernel:
         except drv.Error as err:
             raise LaunchFailed(f"cannot load {config.name}: {err}") from None
         self.function.prepare("iiifPPfPP")  # M, N, K, alpha, A, B, beta, C, workspace
+        self._tma_function = None  # kernels taking tensor maps (first) launch through the driver module
+        if geometry.tma:
+            try:
+                self._tma_function = DriverKernel(cubin_path, config.name, "mmiiifPPfPP", geometry.smem_bytes)
+            except DriverError as err:
+                raise LaunchFailed(f"cannot load {config.name}: {err}") from None
+        self._sm_count = gpu.info.sm_count
+        self._maps: dict[tuple, tuple[bytes, bytes]] = {}  # (A, B, M, N, K) -> tensor maps
         self.pack = None
         if geometry.pack_vec:
             try:
@@ -188,7 +197,7 @@ class LoadedKernel:
         if min(m, n, k) < 1:
             raise ShapeRefused(f"M, N and K must be >= 1, got {m}x{n}x{k}")
         gy = self.config.geometry.grid(m, n)[1]
-        if gy > MAX_GRID_Y:
+        if gy > MAX_GRID_Y and not self.config.geometry.persistent:
             raise ShapeRefused(f"M={m} needs {gy} blocks along y; at most {MAX_GRID_Y} "
                                f"(M <= {MAX_GRID_Y * self.config.geometry.tile_m})")
 
@@ -206,12 +215,47 @@ class LoadedKernel:
                                         workspace)
             except self._drv.Error as err:
                 raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
+        grid = g.launch_grid(m, n, self._sm_count)
+        if self._tma_function is not None:
+            maps = self._tensor_maps(m, n, k, int(a), int(b), workspace, (a_bytes, b_bytes))
+            try:
+                self._tma_function.launch(grid, g.block, *maps, m, n, k, alpha, int(a), int(b), beta, int(c), workspace)
+            except DriverError as err:
+                raise LaunchFailed(str(err)) from None
+            return
         try:
-            self.function.prepared_call(g.grid(m, n), g.block, np.int32(m), np.int32(n), np.int32(k),
-                                        np.float32(alpha), int(a), int(b), np.float32(beta), int(c), workspace,
-                                        shared_size=g.smem_bytes)
+            self.function.prepared_call(grid, g.block, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
+                                        int(a), int(b), np.float32(beta), int(c), workspace, shared_size=g.smem_bytes)
         except self._drv.Error as err:
             raise LaunchFailed(f"launch of {self.config.name} failed: {err}") from None
+
+    def _tensor_maps(self, m: int, n: int, k: int, a: int, b: int, workspace: int, packed: tuple[int, int]
+                     ) -> tuple[bytes, bytes]:
+        """The tensor maps of A and B (Geometry.tma) for this launch: over A and B, or over their
+        copies in the workspace where ``packed`` (pack_plan's bytes of A's and B's copies) says
+        they were made. Kept per buffers and shape, so a timed launch does not re-encode them.
+        Raises LaunchFailed where the driver refuses a map."""
+        key = (a, b, m, n, k, workspace)
+        if key not in self._maps:
+            g, precision = self.config.geometry, self.config.precision
+            kp, np_ = (-(-x // g.pack_vec) * g.pack_vec for x in (k, n))
+            a_bytes, b_bytes = packed
+            box_a, box_b = g.tma.box_a, g.tma.box_b
+            try:
+                map_a = (encode_tiled(precision, workspace, m, k, kp, box_a, "packed A") if a_bytes
+                         else encode_tiled(precision, a, m, k, k, box_a, "A"))
+                if g.tma.transpose_b:
+                    map_b = encode_tiled(precision, workspace + a_bytes, n, k, kp, box_b, "B^T")
+                elif b_bytes:
+                    map_b = encode_tiled(precision, workspace + a_bytes, k, n, np_, box_b, "packed B")
+                else:
+                    map_b = encode_tiled(precision, b, k, n, n, box_b, "B")
+            except DriverError as err:
+                raise LaunchFailed(str(err)) from None
+            if len(self._maps) >= 64:  # one entry per set of buffers and shape; drop stale ones
+                self._maps.clear()
+            self._maps[key] = (map_a, map_b)
+        return self._maps[key]
 
 
 @dataclass(frozen=True)

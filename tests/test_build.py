@@ -67,7 +67,7 @@ def test_named_point_compiles(named_builds, point, arch):
         pytest.skip(f"{point} is not a valid point for {arch}")
     config, result = named_builds[(point, arch)]
     assert result.ok, result.log
-    assert f"for '{arch}'" in result.log  # ptxas compiled it for the requested target
+    assert f"for '{config.build_arch.name}'" in result.log  # ptxas compiled it for the requested target
     assert result.cubin.read_bytes()[:4] == ELF_MAGIC
     usage = kernel_usage(config, result)
     assert usage is not None, f"no ptxas report for {config.name} (is the kernel extern \"C\"?)"
@@ -87,7 +87,8 @@ def test_named_point_does_not_spill_on_hopper(named_builds, point):
 @pytest.fixture(scope="module")
 def harness_executables(tmp_path_factory):
     """canonical name -> (nvcc's CompletedProcess, executable path) for each named point's
-    --harness source, compiled and linked as its header says: nvcc -O3 -arch=sm_90 gemm.cu -o gemm."""
+    --harness source, compiled and linked as its header says: nvcc -O3 -arch=sm_90 gemm.cu -o gemm
+    (-gencode=arch=compute_90a,code=sm_90a for sm_90a families)."""
     nvcc = find_tool("nvcc")
     folder = tmp_path_factory.mktemp("harness")
     configs = {c.name: c for c in (resolve_point(p, "sm_90") for p in NAMED_POINTS)}
@@ -95,7 +96,8 @@ def harness_executables(tmp_path_factory):
     def link(config):
         source, exe = folder / f"{config.name}.cu", folder / config.name
         source.write_text(render_kernel(config, harness=True))
-        proc = subprocess.run([nvcc, "-O3", "-arch=sm_90", str(source), "-o", str(exe)], capture_output=True,
+        proc = subprocess.run([nvcc, "-O3", *config.build_arch.nvcc_flags, str(source), "-o", str(exe)],
+                              capture_output=True,
                               text=True, timeout=300, check=False)
         return proc, exe
 

@@ -1,10 +1,11 @@
 """The registry of kernel families."""
 
 from gemmgen.errors import InvalidParameter
-from gemmgen.families import fastgemm, mma, naive, register, shared, warp, wmma
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param
+from gemmgen.families import fastgemm, hopper, mma, naive, register, shared, warp, wmma
+from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (m.FAMILY for m in (naive, shared, register, warp, wmma, mma, fastgemm))}
+_MODULES = (naive, shared, register, warp, wmma, mma, fastgemm, hopper)
+FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in _MODULES}
 
 
 def get_family(name: str) -> Family:
@@ -15,4 +16,4 @@ def get_family(name: str) -> Family:
         raise InvalidParameter(f"unknown family {name!r}; families: {', '.join(FAMILIES)}") from None
 
 
-__all__ = ["ELEMENT_TYPES", "FAMILIES", "Family", "Geometry", "Param", "get_family"]
+__all__ = ["ELEMENT_TYPES", "FAMILIES", "Family", "Geometry", "Param", "Tma", "get_family"]

@@ -49,6 +49,20 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Tma:
+    """How a kernel loads A and B through the tensor memory accelerator: the box (tile) of each
+    tensor map, {inner, outer} in elements, always with the 128-byte swizzle and zero fill outside
+    the matrix. The maps are the kernel's first two parameters (``__grid_constant__ CUtensorMap``),
+    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace.
+    With ``transpose_b`` the map of B is over the transposed copy B^T (N x K) that the pack
+    kernel writes first."""
+
+    box_a: tuple[int, int]
+    box_b: tuple[int, int]
+    transpose_b: bool = False
+
+
+@dataclass(frozen=True)
 class Geometry:
     """Launch geometry of a kernel: threads per block, the C tile one block computes, and its
     dynamic shared memory in bytes. The grid covers C with tiles: x over N, y over M, and z over
@@ -66,13 +80,24 @@ class Geometry:
     smem_bytes: int
     split_k: int = 1
     pack_vec: int = 0  # elements per 16 bytes where misaligned operands are packed first; 0: never
+    persistent: bool = False  # grid = min(tiles, SMs) blocks along x, each looping over tiles
+    tma: Tma | None = None
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """The C tiles: (ceil(N / tile_n), ceil(M / tile_m), split_k)."""
         return (-(-n // self.tile_n), -(-m // self.tile_m), self.split_k)
+
+    def launch_grid(self, m: int, n: int, sm_count: int) -> tuple[int, int, int]:
+        """The grid to launch: :meth:`grid`, or for a persistent kernel one block per SM, at most
+        one per tile, along x."""
+        if not self.persistent:
+            return self.grid(m, n)
+        gx, gy, _ = self.grid(m, n)
+        return (min(gx * gy, sm_count), 1, 1)
 
     def workspace_bytes(self, m: int, n: int) -> int:
         """Bytes of workspace a launch at M x N needs; 0 without split-K. With it, per C tile: a
@@ -90,12 +115,16 @@ class Geometry:
         (K, or N, not a multiple of pack_vec, or the pointer not 16-byte aligned) from a
         zero-padded copy that a pack kernel writes first: A as M x roundup(K, pack_vec), B as
         K x roundup(N, pack_vec), A's copy first, each rounded up to 256 bytes. The same rule is
-        gg_pack_plan in common.cuh.j2."""
+        gg_pack_plan in common.cuh.j2. With ``tma.transpose_b``, B is always copied, transposed:
+        N x roundup(K, pack_vec)."""
         if not self.pack_vec:
             return 0, 0
         v, esize = self.pack_vec, 16 // self.pack_vec
         a = 0 if k % v == 0 and a_ptr % 16 == 0 else -(-m * (-(-k // v) * v) * esize // 256) * 256
-        b = 0 if n % v == 0 and b_ptr % 16 == 0 else -(-k * (-(-n // v) * v) * esize // 256) * 256
+        if self.tma is not None and self.tma.transpose_b:
+            b = -(-n * (-(-k // v) * v) * esize // 256) * 256
+        else:
+            b = 0 if n % v == 0 and b_ptr % 16 == 0 else -(-k * (-(-n // v) * v) * esize // 256) * 256
         return a, b
 
 
@@ -125,12 +154,18 @@ class Family:
     check: Callable[[Params, str, dict], list[str]]
     requires: str = "any M, N, K >= 1"
     min_cc: int = 0  # lowest compute capability the template's instructions need
-    min_cc_why: str = ""
+    min_cc_why: str = ""  # which instructions need min_cc (and max_cc)
+    max_cc: int = 0  # highest compute capability the code runs on; 0: no limit
+    arch_specific: bool = False  # built for the "a" target (sm_90a): its code runs on that cc alone
     name_options: tuple[tuple[str, str, Value], ...] = ()
 
     def __post_init__(self):
         for param, _, neutral in self.name_options:
             assert self.defaults[param] == neutral, f"{self.name}: {param}'s default must be its neutral value"
+
+    def runs_on(self, cc: int) -> bool:
+        """Whether the family's code can target compute capability ``cc`` (min_cc..max_cc)."""
+        return cc >= self.min_cc and (not self.max_cc or cc <= self.max_cc)
 
     def name_middle(self, params: Params) -> str:
         """The canonical name's middle part: ``name_format``, then each ``name_options`` part

@@ -1,0 +1,107 @@
+"""hopper: Hopper's own path -- TMA loads, wgmma, a warp-specialized persistent kernel (sm_90a).
+
+A block is ``consumers`` + 1 warpgroups of 128 threads. Warpgroup 0 is the producer: one of its
+threads issues the tensor-memory-accelerator (TMA) copies of A and B tiles into a ring of
+``stages`` shared-memory slots, each completing on that slot's "full" mbarrier. The consumer
+warpgroups each own BM / consumers rows of the BM x BN tile and multiply with
+``wgmma.mma_async`` straight from shared memory (m64nBNk16 for fp16/bf16, m64nBNk8 for tf32),
+fp32 accumulators in registers; once the tensor cores are done with a slot they arrive on its
+"empty" mbarrier and the producer refills it. ``setmaxnreg`` moves registers from the producer
+(40 per thread) to the consumers.
+
+The grid is persistent: one block per SM (at most one per tile), each block walking the C tiles
+blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order (``swizzle`` tile rows at a time), so
+that while the consumers store one tile, the producer already loads the next.
+
+Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
+elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
+layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free.
+fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma takes K-major operands only, so
+for tf32 the launch first writes B transposed (N x K) into the workspace, and the kernel reads
+that copy K-major.
+
+Where the rows of A or B are not 16-byte aligned (TMA needs 16-byte row strides and bases), the
+launch packs that operand into zero-padded aligned rows in the workspace first, as ``mma`` does;
+TMA's bounds checks zero-fill every tile edge, and the epilogue stores only inside C, so any
+M, N, K >= 1 is correct.
+"""
+
+from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, divides
+
+SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
+MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
+BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
+ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
+WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
+WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
+TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+            "tf32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}  # tf32 mma reads fp32 bits, ignoring the low 13
+
+
+def derive(p, precision):
+    esize = ELEMENT_TYPES[precision][1]
+    bk = SWIZZLE_BYTES // esize  # K elements in one 128-byte row
+    chunk = SWIZZLE_BYTES // esize  # B columns (N) in one 128-byte row, for N-major B
+    rows = p["BM"] // p["consumers"]
+    transpose_b = precision == "tf32"
+    a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
+    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
+    # TMA boxes are {inner, outer} in elements: A is M x K (K inner); B is K x N (N inner), or
+    # its transposed copy N x K (K inner) for tf32.
+    box_b = (bk, p["BN"]) if transpose_b else (chunk, bk)
+    return {
+        "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
+                             pack_vec=16 // esize, persistent=True,
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=box_b, transpose_b=transpose_b)),
+        "BK": bk,
+        "ESIZE": esize,
+        "ROWS": rows,  # rows of the tile per consumer warpgroup
+        "MI": rows // 64,  # wgmma m64 instructions per consumer per k step
+        "ACC": rows // 64 * p["BN"] // 2,  # fp32 accumulators per consumer thread
+        "A_BYTES": a_bytes,
+        "B_BYTES": b_bytes,
+        "B_CHUNKS": 1 if transpose_b else p["BN"] // chunk,
+        "WGMMA_K": WGMMA_K[precision],
+        "WGMMA_TYPE": WGMMA_TYPE[precision],
+        "TRANSPOSE_B": transpose_b,
+        "TMA_TYPE": TMA_TYPE[precision],
+        # 128 * (40 + consumers * REGS) must fit the SM's 64K registers
+        "PRODUCER_REGS": 40,
+        "CONSUMER_REGS": 232 if p["consumers"] == 2 else 240,
+    }
+
+
+def check(p, precision, d):
+    v: list[str] = []
+    divides(v, "each consumer warpgroup's rows must be whole m64 wgmma tiles", "BM", p["BM"], "64*consumers",
+            64 * p["consumers"])
+    if precision != "tf32":
+        divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], "64", 64)
+    if d["ACC"] > MAX_ACC_REGS:
+        v.append(f"accumulators need (BM/consumers/64)*(BN/2) = {d['MI']}*{p['BN'] // 2} = {d['ACC']} registers "
+                 f"per consumer thread; at most {MAX_ACC_REGS} fit beside the addressing without spilling")
+    return v
+
+
+FAMILY = Family(
+    name="hopper",
+    template="hopper.cu.j2",
+    doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
+    precisions=("fp16", "bf16", "tf32"),
+    params=(
+        Param("BM", (64, 128, 256), "rows of C per tile"),
+        Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
+        Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile"),
+        Param("stages", (2, 3, 4, 5, 6), "shared-memory slots in the TMA -> wgmma ring"),
+        Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
+    ),
+    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1},
+    name_format="{BM}x{BN}_c{consumers}_s{stages}",
+    derive=derive,
+    check=check,
+    min_cc=90,
+    max_cc=90,
+    min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
+    arch_specific=True,
+    name_options=(("swizzle", "_g{swizzle}", 1),),
+)

@@ -1,0 +1,138 @@
+"""The hopper family without a GPU: its constraints (sm_90 only, registers, tiles) with their
+messages, the geometry and tensor-map boxes it derives, the PTX it emits for each precision, the
+sm_90a build, and -- where cuobjdump is installed -- that the SASS holds HGMMA and TMA loads."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from gemmgen.build import build_kernel, find_tool, kernel_usage
+from gemmgen.config import make_config
+from gemmgen.errors import InvalidPoint, ToolNotFound
+from gemmgen.render import render_kernel
+
+DEFAULT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_build_cache(build_cache):
+    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
+    return build_cache
+
+
+def test_name_geometry_and_boxes_of_the_default_point():
+    c = make_config("hopper", DEFAULT, "fp16", "sm_90")
+    assert c.name == "hopper_128x256_c2_s4_fp16"
+    assert c.build_arch.name == "sm_90a" and c.arch.name == "sm_90"
+    g = c.geometry
+    assert g.block == (384, 1, 1) and (g.tile_m, g.tile_n) == (128, 256) and g.persistent
+    # 4 stages of A (128 rows of 64 halves) and B (64 rows of 256 halves), barriers, alignment slack
+    assert g.smem_bytes == 4 * (128 * 64 * 2 + 64 * 256 * 2 + 16) + 1024
+    assert g.tma.box_a == (64, 128) and g.tma.box_b == (64, 64) and not g.tma.transpose_b
+    assert c.derived["B_CHUNKS"] == 4 and c.derived["ACC"] == 128
+
+
+def test_persistent_grid_is_one_block_per_sm_at_most_one_per_tile():
+    g = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
+    assert g.launch_grid(4096, 4096, 132) == (132, 1, 1)
+    assert g.launch_grid(128, 512, 132) == (2, 1, 1)
+    assert g.launch_grid(1, 1, 132) == (1, 1, 1)
+
+
+def test_tf32_reads_b_transposed_k_major():
+    c = make_config("hopper", DEFAULT, "tf32", "sm_90")
+    g = c.geometry
+    assert g.tma.transpose_b and g.tma.box_a == (32, 128) and g.tma.box_b == (32, 256)
+    assert c.derived["BK"] == 32 and c.derived["B_CHUNKS"] == 1
+    # B^T is always packed: N x roundup(K, 4) floats, even when B is aligned
+    assert g.pack_plan(128, 256, 64, 0, 0) == (0, 256 * 64 * 4)
+    assert g.pack_plan(128, 256, 63, 0, 0) == (-(-128 * 64 * 4 // 256) * 256, 256 * 64 * 4)
+
+
+def test_fp16_packs_only_misaligned_operands():
+    g = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
+    assert g.pack_plan(4096, 4096, 4096, 0, 0) == (0, 0)
+    assert g.pack_plan(4096, 4096, 4096, 2, 0)[0] > 0  # A's pointer not 16-byte aligned
+    assert g.pack_plan(100, 33, 64, 0, 0) == (0, -(-64 * 40 * 2 // 256) * 256)
+
+
+@pytest.mark.parametrize("arch, expected", [
+    ("sm_89", "family hopper runs on sm_90 only (TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs "
+              "on sm_90 only); target is sm_89"),
+    ("sm_100", "family hopper runs on sm_90 only"),
+    ("sm_80", "target is sm_80"),
+])
+def test_other_targets_are_refused_with_the_reason(arch, expected):
+    with pytest.raises(InvalidPoint) as err:
+        make_config("hopper", DEFAULT, "fp16", arch)
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("params, precision, expected", [
+    ({"BM": 64, "consumers": 2}, "fp16", "BM=64 must be a multiple of 64*consumers=128"),
+    ({"BM": 256, "BN": 256}, "bf16", "(BM/consumers/64)*(BN/2) = 2*128 = 256 registers"),
+    ({"BM": 128, "BN": 256, "consumers": 1}, "fp16", "= 2*128 = 256 registers"),
+    ({"BN": 192, "stages": 6}, "fp16", "exceeds sm_90's limit"),
+])
+def test_constraints_name_the_values(params, precision, expected):
+    with pytest.raises(InvalidPoint) as err:
+        make_config("hopper", {**DEFAULT, **params}, precision, "sm_90")
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("precision, instruction", [
+    ("fp16", "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"),
+    ("bf16", "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
+    ("tf32", "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"),
+])
+def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, instruction):
+    source = render_kernel(make_config("hopper", DEFAULT, precision, "sm_90"))
+    assert instruction in source
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    assert "setmaxnreg.dec.sync.aligned.u32" in source and "setmaxnreg.inc.sync.aligned.u32" in source
+    assert "const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b" in source
+    # fp16/bf16 B is N-major (transpose bit set); tf32 takes no transpose arguments
+    assert ("acc, 1, 1, 0, 1;" in source) == (precision != "tf32")
+    assert "-gencode=arch=compute_90a,code=sm_90a" in source
+
+
+VARIANTS = [
+    ("fp16", DEFAULT),
+    ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8}),
+    ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 4}),
+    ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 5, "swizzle": 1}),
+    ("tf32", DEFAULT),
+    ("tf32", {"BM": 64, "BN": 64, "consumers": 1, "stages": 6, "swizzle": 16}),
+]
+
+
+@pytest.mark.parametrize("precision, params", VARIANTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(VARIANTS)])
+def test_variants_compile_for_sm90a_without_spills(precision, params):
+    config = make_config("hopper", params, precision, "sm_90")
+    result = build_kernel(config)
+    assert result.ok, result.log
+    usage = kernel_usage(config, result)
+    assert usage is not None and not usage.spills, usage
+    # the register cap of __launch_bounds__(threads, 1) is what setmaxnreg redistributes
+    assert "C7508" not in result.log  # ptxas: setmaxnreg ignored
+
+
+def _cuobjdump() -> str | None:
+    try:
+        return find_tool("cuobjdump")
+    except ToolNotFound:
+        return shutil.which("cuobjdump")
+
+
+@pytest.mark.skipif(_cuobjdump() is None, reason="cuobjdump is not installed (the CUDA toolkit's binary utilities)")
+@pytest.mark.parametrize("precision, hgmma", [("fp16", "HGMMA.64x256x16.F32"), ("tf32", "HGMMA.64x256x8.F32.TF32")])
+def test_sass_has_hgmma_and_tma_loads(precision, hgmma):
+    config = make_config("hopper", DEFAULT, precision, "sm_90")
+    result = build_kernel(config)
+    assert result.ok, result.log
+    sass = subprocess.run([_cuobjdump(), "-sass", str(result.cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    kernel = sass[sass.index(f"Function : {config.name}\n"):]
+    assert hgmma in kernel and "UTMALDG.2D" in kernel
+    assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
