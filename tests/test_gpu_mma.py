@@ -1,5 +1,5 @@
 """On the GPU: mma points of each precision, with and without fragment double-buffering, block
-swizzle and 2..5 stages, match the float64 reference at odd shapes (where K or N break 16-byte
+swizzle, 2..5 stages and the shared-memory swizzle's corner cases, match the float64 reference at odd shapes (where K or N break 16-byte
 alignment, so the element-wise copy path runs) and aligned ones (the cp.async path)."""
 
 import pytest
@@ -15,6 +15,12 @@ POINTS = [
     ("tf32", {"BM": 64, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 2, "frags": 2}),
     ("tf32", {"BM": 256, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4, "stages": 3, "frags": 1, "swizzle": 4}),
     ("fp16", {"BM": 64, "BN": 64, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 5, "frags": 2}),
+    # the swizzle's corner cases: rows of 2 and 4 chunks (D = 4, 2), 16-column warps, one warp
+    # whose copies step fewer rows than the swizzle's period
+    ("fp16", {"BM": 64, "BN": 32, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 1}),
+    ("tf32", {"BM": 64, "BN": 64, "BK": 8, "WARPS_M": 2, "WARPS_N": 4, "stages": 4, "frags": 2}),
+    ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3, "frags": 1}),
+    ("bf16", {"BM": 128, "BN": 256, "BK": 64, "WARPS_M": 2, "WARPS_N": 4, "stages": 3, "frags": 2}),
 ]
 SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(1000, 1000, 1000),
           Shape(16, 4096, 4096), Shape(4095, 4097, 4093), Shape(1024, 1024, 1024)]

@@ -22,15 +22,14 @@ def test_name_and_geometry_of_the_default_point():
     assert c.name == "mma_128x128x32_w2x2_s3_f2_fp16"
     g = c.geometry
     assert g.block == (128, 1, 1) and (g.tile_m, g.tile_n) == (128, 128)
-    # 3 stages of A (128 rows of 32 + 8 halves) and B (32 rows of 128 + 8 halves), 2 bytes each
-    assert g.smem_bytes == 3 * (128 * 40 + 32 * 136) * 2 == 56832
+    # 3 stages of A (128 x 32 halves) and B (32 x 128 halves), unpadded (swizzled), 2 bytes each
+    assert g.smem_bytes == 3 * (128 * 32 + 32 * 128) * 2 == 49152
     assert (c.derived["MT"], c.derived["NT"]) == (4, 8)  # a 64x64 warp tile of m16n8 tiles
 
 
-def test_tf32_pads_b_rows_by_eight_floats():
+def test_tf32_tiles_are_unpadded_floats():
     c = make_config("mma", DEFAULT, "tf32")
-    assert c.derived["LDA"] == 32 + 4 and c.derived["LDB"] == 128 + 8
-    assert c.geometry.smem_bytes == 3 * (128 * 36 + 32 * 136) * 4
+    assert c.geometry.smem_bytes == 3 * (128 * 32 + 32 * 128) * 4
 
 
 @pytest.mark.parametrize("params, precision, expected", [
@@ -58,7 +57,8 @@ def test_source_uses_the_precisions_instruction(precision, instruction):
     source = render_kernel(make_config("mma", DEFAULT, precision))
     assert instruction in source
     assert "cp.async.cg.shared.global" in source and "ldmatrix.sync.aligned.m8n8.x4" in source
-    assert ("cvt.rna.tf32.f32" in source) == (precision == "tf32")
+    # tf32 feeds raw fp32 bits to the mma (it truncates them): no conversions
+    assert "cvt.rna.tf32.f32" not in source
 
 
 def test_frags_one_does_not_double_buffer():
@@ -75,6 +75,13 @@ VARIANTS = [
     ("tf32", {**DEFAULT, "frags": 1}, "sm_90"),
     ("tf32", {**DEFAULT, "BK": 16, "frags": 1, "stages": 2}, "sm_80"),
     ("fp16", {"BM": 64, "BN": 64, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 5, "frags": 2}, "sm_90"),
+    # the fastest points of the H100 tuning at 4096^3
+    ("fp16", {"BM": 128, "BN": 256, "BK": 64, "WARPS_M": 2, "WARPS_N": 4, "stages": 3, "frags": 2}, "sm_90"),
+    ("tf32", {"BM": 128, "BN": 256, "BK": 16, "WARPS_M": 2, "WARPS_N": 4, "stages": 5, "frags": 2}, "sm_90"),
+    # narrow rows (2 and 4 chunks: the swizzle's D = 4 and 2); one warp, whose copies step fewer rows
+    # than the swizzle's period
+    ("fp16", {"BM": 64, "BN": 32, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 1}, "sm_90"),
+    ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3, "frags": 1}, "sm_90"),
 ]
 
 

@@ -5,10 +5,14 @@ as MT x NT instructions of m16n8k16 (fp16, bf16) or m16n8k8 (tf32) with fp32 acc
 registers. ``stages`` K tiles are in flight: while one is computed, the copies of the next
 stages-1 run asynchronously (cp.async, 16 bytes each, zero-filling outside A and B).
 
-Shared memory holds A as BM x BK and B as BK x BN, both row-major, each row padded by 16 bytes:
-the 8 row addresses of every ldmatrix phase then fall in distinct 16-byte bank groups. tf32 B
-fragments are read with 32-bit loads instead (ldmatrix cannot transpose 32-bit elements); B's
-rows are padded by 8 floats so those loads are conflict-free too.
+Shared memory holds A as BM x BK and B as BK x BN, both row-major and unpadded, XOR-swizzled in
+16-byte chunks (the template's mma_swz): the 8 rows of every ldmatrix phase, and every
+quarter-warp's 16-byte copies, fall in distinct bank groups. Fragment addresses are one
+per-thread offset XORed with compile-time constants, so the main loop does little address
+arithmetic, and a tile's cp.async copies are spread over its k steps. tf32 feeds raw fp32 bits
+to the mma (which truncates them to tf32; no conversions). tf32 B fragments are read with 8- or
+16-byte loads (ldmatrix cannot transpose 32-bit elements): the warp's columns are permuted so
+that a thread's columns are contiguous, with a swizzle of their own.
 
 Where the rows of A (or B) are not 16-byte aligned (K, or N, not a multiple of the 16-byte vector,
 or a misaligned pointer), the launch first packs that operand into zero-padded aligned rows in
@@ -34,9 +38,7 @@ def derive(p, precision):
     vec = 16 // esize  # elements per 16-byte copy
     warps = p["WARPS_M"] * p["WARPS_N"]
     wm, wn = p["BM"] // p["WARPS_M"], p["BN"] // p["WARPS_N"]
-    lda = p["BK"] + vec  # 16 bytes of padding per row
-    ldb = p["BN"] + (8 if precision == "tf32" else vec)
-    stage = p["BM"] * lda + p["BK"] * ldb
+    stage = p["BM"] * p["BK"] + p["BK"] * p["BN"]  # elements; no padding (swizzled)
     return {
         "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
                              smem_bytes=p["stages"] * stage * esize, pack_vec=vec),
@@ -47,8 +49,6 @@ def derive(p, precision):
         "WN": wn,
         "MT": max(wm // 16, 1),
         "NT": max(wn // 8, 1),
-        "LDA": lda,
-        "LDB": ldb,
     }
 
 
