@@ -159,11 +159,14 @@ def test_header_documents_split_and_workspace():
 def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     config = resolve_point(point)
     source = render_kernel(config)
-    assert re.search(rf"{config.name}\(int M, int N, int K, float alpha, .*float\* __restrict__ C, "
-                     r"unsigned int\* __restrict__ workspace\)", source, re.DOTALL)
+    assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
+                     r"float alpha, .*float\* __restrict__ C, unsigned int\* __restrict__ workspace\)", source,
+                     re.DOTALL)
     z = config.geometry.split_k
-    assert re.search(rf"<<<dim3\(\(unsigned\)grid_x, \(unsigned\)grid_y, {z}\), .*"
-                     r"\(M, N, K, alpha, A, B, beta, C, workspace\);", source, re.DOTALL)
+    if not config.geometry.persistent:
+        assert f"const dim3 grid((unsigned)grid_x, (unsigned)grid_y, {z});" in source
+    assert re.search(r"<<<grid, .*\((?:map_a, map_b,\s+)?M, N, K, alpha, A, B, beta, C, workspace\);", source,
+                     re.DOTALL)
     if z > 1:
         assert "gg_grow_workspace(&buffer, &buffer_bytes, need, stream)" in source
     elif not config.geometry.pack_vec:
