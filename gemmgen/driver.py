@@ -27,6 +27,11 @@ class DriverError(GemmgenError):
     """A driver call failed (the message names the call, its object and the driver's error)."""
 
 
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
 @lru_cache(maxsize=1)
 def _libcuda():
     try:
@@ -42,6 +47,7 @@ def _libcuda():
     lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
     lib.cuFuncSetAttribute.argtypes = [vp, ctypes.c_int, ctypes.c_int]
     lib.cuLaunchKernel.argtypes = [vp, *[ctypes.c_uint] * 7, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
+    lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), vp, ctypes.POINTER(_LaunchConfig)]
     return lib
 
 
@@ -101,6 +107,15 @@ class DriverKernel:
         self.smem_bytes = smem_bytes
         _check(lib.cuFuncSetAttribute(self._function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
                f"setting {name}'s dynamic shared memory to {smem_bytes} bytes")
+
+    def max_active_clusters(self, cluster: int, block: tuple[int, int, int]) -> int:
+        """How many clusters of ``cluster`` blocks (the kernel's __cluster_dims__) can run at once on
+        the device: fewer than SMs / cluster where the SMs of a GPC do not divide evenly."""
+        config = _LaunchConfig((cluster, 1, 1), block, self.smem_bytes, None, None, 0)
+        count = ctypes.c_int()
+        _check(self._lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), self._function, ctypes.byref(config)),
+               f"cuOccupancyMaxActiveClusters of {self.name}")
+        return count.value
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], *args) -> None:
         """Queue the kernel on the default stream with ``args`` (bytes for tensor maps, ints for

@@ -138,13 +138,18 @@ class LoadedKernel:
         except drv.Error as err:
             raise LaunchFailed(f"cannot load {config.name}: {err}") from None
         self.function.prepare("iiifPPfPP")  # M, N, K, alpha, A, B, beta, C, workspace
+        self._resident = gpu.info.sm_count  # blocks of a persistent grid that run at once
         self._tma_function = None  # kernels taking tensor maps (first) launch through the driver module
         if geometry.tma:
             try:
                 self._tma_function = DriverKernel(cubin_path, config.name, "mmiiifPPfPP", geometry.smem_bytes)
+                if geometry.cluster > 1:
+                    self._resident = geometry.cluster * self._tma_function.max_active_clusters(geometry.cluster,
+                                                                                               geometry.block)
             except DriverError as err:
                 raise LaunchFailed(f"cannot load {config.name}: {err}") from None
-        self._sm_count = gpu.info.sm_count
+            if self._resident < geometry.cluster:
+                raise LaunchFailed(f"cannot run {config.name}: not one cluster of {geometry.cluster} blocks fits")
         self._maps: dict[tuple, tuple[bytes, bytes]] = {}  # (A, B, M, N, K) -> tensor maps
         self.pack = None
         if geometry.pack_vec:
@@ -215,7 +220,7 @@ class LoadedKernel:
                                         workspace)
             except self._drv.Error as err:
                 raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
-        grid = g.launch_grid(m, n, self._sm_count)
+        grid = g.launch_grid(m, n, self._resident)
         if self._tma_function is not None:
             maps = self._tensor_maps(m, n, k, int(a), int(b), workspace, (a_bytes, b_bytes))
             try:

@@ -30,7 +30,7 @@ def test_name_geometry_and_boxes_of_the_default_point():
     # 4 stages of A (128 rows of 64 halves) and B (64 rows of 256 halves), barriers, alignment slack
     assert g.smem_bytes == 4 * (128 * 64 * 2 + 64 * 256 * 2 + 16) + 1024
     assert g.tma.box_a == (64, 128) and g.tma.box_b == (64, 64) and not g.tma.transpose_b
-    assert c.derived["B_CHUNKS"] == 4 and c.derived["ACC"] == 128
+    assert c.derived["B_LOADS"] == 4 and c.derived["ACC"] == 128
 
 
 def test_persistent_grid_is_one_block_per_sm_at_most_one_per_tile():
@@ -40,11 +40,29 @@ def test_persistent_grid_is_one_block_per_sm_at_most_one_per_tile():
     assert g.launch_grid(1, 1, 132) == (1, 1, 1)
 
 
+def test_cluster_grid_pairs_tile_rows_and_is_a_multiple_of_the_cluster():
+    c = make_config("hopper", {**DEFAULT, "cluster": 2}, "fp16", "sm_90")
+    assert c.name == "hopper_128x256_c2_s4_x2_fp16"
+    g = c.geometry
+    assert g.launch_grid(4096, 4096, 132) == (132, 1, 1)
+    assert g.launch_grid(4096, 4096, 131) == (130, 1, 1)
+    assert g.launch_grid(129, 256, 132) == (2, 1, 1)  # 2 tile rows, one unit
+    assert g.launch_grid(1, 1, 132) == (2, 1, 1)  # the second block's tile is empty, but it loads B
+    source = render_kernel(c)
+    assert "__cluster_dims__(2, 1, 1)" in source and ".multicast::cluster" in source
+    assert "mapa.shared::cluster.u32" in source and "barrier.cluster.arrive" in source
+
+
+def test_tf32_cluster_splits_the_transposed_b_box():
+    c = make_config("hopper", {**DEFAULT, "cluster": 2}, "tf32", "sm_90")
+    assert c.geometry.tma.box_b == (32, 128) and c.derived["B_LOADS"] == 2
+
+
 def test_tf32_reads_b_transposed_k_major():
     c = make_config("hopper", DEFAULT, "tf32", "sm_90")
     g = c.geometry
     assert g.tma.transpose_b and g.tma.box_a == (32, 128) and g.tma.box_b == (32, 256)
-    assert c.derived["BK"] == 32 and c.derived["B_CHUNKS"] == 1
+    assert c.derived["BK"] == 32 and c.derived["B_LOADS"] == 1
     # B^T is always packed: N x roundup(K, 4) floats, even when B is aligned
     assert g.pack_plan(128, 256, 64, 0, 0) == (0, 256 * 64 * 4)
     assert g.pack_plan(128, 256, 63, 0, 0) == (-(-128 * 64 * 4 // 256) * 256, 256 * 64 * 4)
@@ -74,6 +92,8 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"BM": 256, "BN": 256}, "bf16", "(BM/consumers/64)*(BN/2) = 2*128 = 256 registers"),
     ({"BM": 128, "BN": 256, "consumers": 1}, "fp16", "= 2*128 = 256 registers"),
     ({"BN": 192, "stages": 6}, "fp16", "exceeds sm_90's limit"),
+    ({"BN": 192, "cluster": 2}, "fp16", "B boxes=3 must be a multiple of cluster=2"),
+    ({"BN": 64, "BM": 128, "cluster": 2}, "bf16", "B boxes=1 must be a multiple of cluster=2"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -104,6 +124,8 @@ VARIANTS = [
     ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 5, "swizzle": 1}),
     ("tf32", DEFAULT),
     ("tf32", {"BM": 64, "BN": 64, "consumers": 1, "stages": 6, "swizzle": 16}),
+    ("fp16", {**DEFAULT, "cluster": 2}),
+    ("tf32", {"BM": 128, "BN": 128, "consumers": 1, "stages": 4, "swizzle": 1, "cluster": 2}),
 ]
 
 

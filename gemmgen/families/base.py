@@ -81,6 +81,7 @@ class Geometry:
     split_k: int = 1
     pack_vec: int = 0  # elements per 16 bytes where misaligned operands are packed first; 0: never
     persistent: bool = False  # grid = min(tiles, SMs) blocks along x, each looping over tiles
+    cluster: int = 1  # blocks per cluster (along x; persistent kernels), working on adjacent tiles
     tma: Tma | None = None
 
     @property
@@ -91,13 +92,16 @@ class Geometry:
         """The C tiles: (ceil(N / tile_n), ceil(M / tile_m), split_k)."""
         return (-(-n // self.tile_n), -(-m // self.tile_m), self.split_k)
 
-    def launch_grid(self, m: int, n: int, sm_count: int) -> tuple[int, int, int]:
-        """The grid to launch: :meth:`grid`, or for a persistent kernel one block per SM, at most
-        one per tile, along x."""
+    def launch_grid(self, m: int, n: int, resident: int) -> tuple[int, int, int]:
+        """The grid to launch: :meth:`grid`, or for a persistent kernel as many blocks along x as
+        can run at once (``resident``: the SM count, or with clusters of c blocks, c times the
+        number of clusters that fit), at most one per tile (with clusters: c per c tile rows of a
+        tile column). More would make a second wave of whole persistent blocks."""
         if not self.persistent:
             return self.grid(m, n)
         gx, gy, _ = self.grid(m, n)
-        return (min(gx * gy, sm_count), 1, 1)
+        c = self.cluster  # a cluster takes c tile rows of one tile column at a time
+        return (min(-(-gy // c) * gx, resident // c) * c, 1, 1)
 
     def workspace_bytes(self, m: int, n: int) -> int:
         """Bytes of workspace a launch at M x N needs; 0 without split-K. With it, per C tile: a

@@ -11,7 +11,10 @@ fp32 accumulators in registers; once the tensor cores are done with a slot they 
 
 The grid is persistent: one block per SM (at most one per tile), each block walking the C tiles
 blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order (``swizzle`` tile rows at a time), so
-that while the consumers store one tile, the producer already loads the next.
+that while the consumers store one tile, the producer already loads the next. With ``cluster``
+= 2, blocks run in pairs on vertically adjacent tiles (one tile column, two tile rows): each
+loads its own A and half of the B tile they share, multicast by TMA into both blocks' shared
+memory, and a stage is refilled once the consumers of both blocks are done with it.
 
 Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
@@ -46,12 +49,15 @@ def derive(p, precision):
     transpose_b = precision == "tf32"
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
+    # B arrives in B_LOADS boxes: N-major, one per 128-byte column chunk; K-major (tf32), the BN
+    # rows in one box, or one per cluster member, which each load their share for both.
+    b_loads = p["cluster"] if transpose_b else p["BN"] // chunk
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner); B is K x N (N inner), or
     # its transposed copy N x K (K inner) for tf32.
-    box_b = (bk, p["BN"]) if transpose_b else (chunk, bk)
+    box_b = (bk, p["BN"] // b_loads) if transpose_b else (chunk, bk)
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
-                             pack_vec=16 // esize, persistent=True,
+                             pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
                              tma=Tma(box_a=(bk, p["BM"]), box_b=box_b, transpose_b=transpose_b)),
         "BK": bk,
         "ESIZE": esize,
@@ -60,7 +66,8 @@ def derive(p, precision):
         "ACC": rows // 64 * p["BN"] // 2,  # fp32 accumulators per consumer thread
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
-        "B_CHUNKS": 1 if transpose_b else p["BN"] // chunk,
+        "B_LOADS": b_loads,
+        "B_STEP": box_b[1] if transpose_b else chunk,  # elements of N between consecutive B boxes
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
         "TRANSPOSE_B": transpose_b,
@@ -77,6 +84,8 @@ def check(p, precision, d):
             64 * p["consumers"])
     if precision != "tf32":
         divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], "64", 64)
+    divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
+            d["B_LOADS"], "cluster", p["cluster"])
     if d["ACC"] > MAX_ACC_REGS:
         v.append(f"accumulators need (BM/consumers/64)*(BN/2) = {d['MI']}*{p['BN'] // 2} = {d['ACC']} registers "
                  f"per consumer thread; at most {MAX_ACC_REGS} fit beside the addressing without spilling")
@@ -94,8 +103,10 @@ FAMILY = Family(
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile"),
         Param("stages", (2, 3, 4, 5, 6), "shared-memory slots in the TMA -> wgmma ring"),
         Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
+        Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
+                                 "B tile they have in common and multicasts it to both (1 = no cluster)"),
     ),
-    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1},
+    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "cluster": 1},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -103,5 +114,5 @@ FAMILY = Family(
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     arch_specific=True,
-    name_options=(("swizzle", "_g{swizzle}", 1),),
+    name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1)),
 )
