@@ -53,6 +53,17 @@ def test_cluster_grid_pairs_tile_rows_and_is_a_multiple_of_the_cluster():
     assert "mapa.shared::cluster.u32" in source and "barrier.cluster.arrive" in source
 
 
+def test_pingpong_consumers_take_whole_tiles_in_turn():
+    c = make_config("hopper", {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}, "fp16", "sm_90")
+    assert c.name == "hopper_128x128_c2_s6_pingpong_fp16"
+    assert c.derived["ROWS"] == 128 and c.derived["MI"] == 2 and c.derived["ACC"] == 128
+    source = render_kernel(c)
+    assert "hp_bar_init(empty_bar + 8 * s, CLUSTER * 1 * 4);" in source  # one warpgroup frees a stage
+    assert "hp_named_sync(1 + consumer);" in source and "hp_named_arrive(2 - consumer);" in source
+    coop = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert "hp_named_sync" not in coop and "CLUSTER * 2 * 4" in coop
+
+
 def test_tf32_cluster_splits_the_transposed_b_box():
     c = make_config("hopper", {**DEFAULT, "cluster": 2}, "tf32", "sm_90")
     assert c.geometry.tma.box_b == (32, 128) and c.derived["B_LOADS"] == 2
@@ -93,6 +104,8 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"BM": 128, "BN": 256, "consumers": 1}, "fp16", "= 2*128 = 256 registers"),
     ({"BN": 192, "stages": 6}, "fp16", "exceeds sm_90's limit"),
     ({"BN": 192, "cluster": 2}, "fp16", "B boxes=3 must be a multiple of cluster=2"),
+    ({"consumers": 1, "BN": 128, "schedule": "pingpong"}, "fp16", "consumers=1 must be 2"),
+    ({"BN": 256, "schedule": "pingpong"}, "fp16", "= 2*128 = 256 registers"),
     ({"BN": 64, "BM": 128, "cluster": 2}, "bf16", "B boxes=1 must be a multiple of cluster=2"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
@@ -126,6 +139,7 @@ VARIANTS = [
     ("tf32", {"BM": 64, "BN": 64, "consumers": 1, "stages": 6, "swizzle": 16}),
     ("fp16", {**DEFAULT, "cluster": 2}),
     ("tf32", {"BM": 128, "BN": 128, "consumers": 1, "stages": 4, "swizzle": 1, "cluster": 2}),
+    ("bf16", {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}),
 ]
 
 

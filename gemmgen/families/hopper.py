@@ -2,8 +2,10 @@
 
 A block is ``consumers`` + 1 warpgroups of 128 threads. Warpgroup 0 is the producer: one of its
 threads issues the tensor-memory-accelerator (TMA) copies of A and B tiles into a ring of
-``stages`` shared-memory slots, each completing on that slot's "full" mbarrier. The consumer
-warpgroups each own BM / consumers rows of the BM x BN tile and multiply with
+``stages`` shared-memory slots, each completing on that slot's "full" mbarrier. With ``schedule``
+= coop the consumer warpgroups each own BM / consumers rows of every BM x BN tile; with pingpong
+the two consumers take alternate tiles whole, so that one stores its tile while the other
+multiplies (the ring's order staggers them). They multiply with
 ``wgmma.mma_async`` straight from shared memory (m64nBNk16 for fp16/bf16, m64nBNk8 for tf32),
 fp32 accumulators in registers; once the tensor cores are done with a slot they arrive on its
 "empty" mbarrier and the producer refills it. ``setmaxnreg`` moves registers from the producer
@@ -45,7 +47,7 @@ def derive(p, precision):
     esize = ELEMENT_TYPES[precision][1]
     bk = SWIZZLE_BYTES // esize  # K elements in one 128-byte row
     chunk = SWIZZLE_BYTES // esize  # B columns (N) in one 128-byte row, for N-major B
-    rows = p["BM"] // p["consumers"]
+    rows = p["BM"] if p["schedule"] == "pingpong" else p["BM"] // p["consumers"]
     transpose_b = precision == "tf32"
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
@@ -80,8 +82,14 @@ def derive(p, precision):
 
 def check(p, precision, d):
     v: list[str] = []
-    divides(v, "each consumer warpgroup's rows must be whole m64 wgmma tiles", "BM", p["BM"], "64*consumers",
-            64 * p["consumers"])
+    if p["schedule"] == "pingpong":
+        if p["consumers"] != 2:
+            v.append(f"schedule=pingpong alternates tiles between two consumer warpgroups: consumers={p['consumers']} "
+                     "must be 2")
+        divides(v, "a consumer's tile rows must be whole m64 wgmma tiles", "BM", p["BM"], "64", 64)
+    else:
+        divides(v, "each consumer warpgroup's rows must be whole m64 wgmma tiles", "BM", p["BM"], "64*consumers",
+                64 * p["consumers"])
     if precision != "tf32":
         divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], "64", 64)
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
@@ -103,10 +111,12 @@ FAMILY = Family(
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile"),
         Param("stages", (2, 3, 4, 5, 6), "shared-memory slots in the TMA -> wgmma ring"),
         Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
+        Param("schedule", ("coop", "pingpong"), "coop: the consumers split each tile's rows; pingpong: they take "
+                                                 "alternate tiles, one storing while the other multiplies"),
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
                                  "B tile they have in common and multicasts it to both (1 = no cluster)"),
     ),
-    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "cluster": 1},
+    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -114,5 +124,5 @@ FAMILY = Family(
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     arch_specific=True,
-    name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1)),
+    name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop")),
 )
