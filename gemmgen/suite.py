@@ -18,13 +18,21 @@ SUITE_SHAPES = tuple(parse_shape(s) for s in (
     "1024", "2048", "4096", "8192", "4096x11008x4096", "8192x8192x1024",
     "16x4096x4096", "128x4096x4096", "1000", "4095x4097x4093"))
 SUITE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-# Named point used where nothing verified is stored.
-FALLBACK = {"fp32": "v4", "tf32": "mma_tf32", "fp16": "mma_fp16", "bf16": "mma_bf16"}
+# Named points used where nothing verified is stored: the first valid on the target.
+FALLBACK = {"fp32": ("v4",), "tf32": ("hopper_tf32", "mma_tf32"), "fp16": ("hopper_fp16", "mma_fp16"),
+            "bf16": ("hopper_bf16", "mma_bf16")}
 
 
-def fallback_config(precision: str, arch: Arch) -> KernelConfig:
-    point = NAMED_POINTS[FALLBACK[precision]]
-    return make_config(point.family, point.params, precision, arch)
+def fallback_config(precision: str, arch: Arch) -> tuple[str, KernelConfig]:
+    """The first of the precision's FALLBACK points that is valid on ``arch``, and its name
+    (hopper points need sm_90)."""
+    for name in FALLBACK[precision]:
+        point = NAMED_POINTS[name]
+        try:
+            return name, make_config(point.family, point.params, precision, arch)
+        except InvalidPoint:
+            continue
+    raise InvalidPoint(FALLBACK[precision][-1], [f"no fallback point of {precision} is valid on {arch.name}"])
 
 
 def shape_distance(a: Shape, b: Shape) -> float:
@@ -58,7 +66,7 @@ def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES)
                     if config is not None:
                         break
             if config is None:
-                config, label = fallback_config(precision, arch), FALLBACK[precision]
+                label, config = fallback_config(precision, arch)
             jobs.append((shape, precision, label, config))
     jobs.sort(key=lambda job: (SUITE_SHAPES.index(job[0]) if job[0] in SUITE_SHAPES else len(SUITE_SHAPES),
                                SUITE_PRECISIONS.index(job[1])))

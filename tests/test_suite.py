@@ -34,13 +34,19 @@ def test_the_suite_is_the_issue_list():
 
 
 def test_named_points_where_nothing_is_stored(db):
+    """On sm_90 the hopper points; elsewhere, where they cannot run, the mma points."""
     jobs = suite_jobs(db, SM90)
     assert len(jobs) == len(SUITE_SHAPES) * 4
     first = {prec: (label, config.name) for shape, prec, label, config in jobs if shape == SUITE_SHAPES[0]}
     assert first["fp32"] == ("v4", resolve_point("v4").name)
-    assert first["tf32"] == ("mma_tf32", resolve_point("mma_tf32").name)
-    assert first["fp16"] == ("mma_fp16", resolve_point("mma_fp16").name)
-    assert first["bf16"] == ("mma_bf16", "mma_128x128x32_w2x2_s3_f2_bf16")
+    assert first["tf32"] == ("hopper_tf32", resolve_point("hopper_tf32").name)
+    assert first["fp16"] == ("hopper_fp16", "hopper_128x256_c2_s4_g8_fp16")
+    assert first["bf16"] == ("hopper_bf16", resolve_point("hopper_bf16").name)
+    sm89 = parse_arch("sm_89")
+    ada = {prec: (label, config.name) for shape, prec, label, config in suite_jobs(db, sm89)
+           if shape == SUITE_SHAPES[0]}
+    assert ada["fp16"] == ("mma_fp16", "mma_128x128x32_w2x2_s5_f2_fp16")
+    assert ada["tf32"] == ("mma_tf32", resolve_point("mma_tf32", sm89).name)
 
 
 def test_the_fastest_verified_stored_kernel_wins_and_cublas_is_not_a_candidate(db):
@@ -51,7 +57,7 @@ def test_the_fastest_verified_stored_kernel_wins_and_cublas_is_not_a_candidate(d
     _store(db, "warp_64x64x8_w32x32_t4x8_b1_fp32", "warp", "fp32", shape, 60.0, status="wrong_result")
     jobs = suite_jobs(db, SM90, precisions=["fp32", "fp16"], shapes=[shape])
     assert [(label, config.name) for _, _, label, config in jobs] == [
-        ("stored best", tuned), ("mma_fp16", resolve_point("mma_fp16").name)]
+        ("stored best", tuned), ("hopper_fp16", resolve_point("hopper_fp16").name)]
 
 
 def test_a_shape_with_nothing_stored_takes_the_best_of_the_nearest_stored_shape(db):
