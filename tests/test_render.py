@@ -53,7 +53,11 @@ def test_header_documents_the_point(point):
     assert re.search(rf"target\s*: {config.build_arch.name}\n", header)
     assert f"block = ({g.block[0]}, {g.block[1]}, {g.block[2]}) = {g.threads} threads" in header
     assert f"dynamic shared memory = {g.smem_bytes} bytes" in header
-    if g.persistent:  # tiles walked by index: no grid limit on M
+    if g.persistent and g.cluster > 1:  # clusters walk units of g.cluster tile rows
+        assert (f"grid = (min(units, clusters) * {g.cluster}, 1, 1), units = ceil(M / "
+                f"{g.tile_m * g.cluster}) * ceil(N / {g.tile_n})") in header
+        assert re.search(r"requires\s*: any M, N, K >= 1\n", header)
+    elif g.persistent:  # tiles walked by index: no grid limit on M
         assert f"grid = (min(tiles, SMs), 1, 1), tiles = ceil(M / {g.tile_m}) * ceil(N / {g.tile_n})" in header
         assert re.search(r"requires\s*: any M, N, K >= 1\n", header)
     else:
@@ -78,10 +82,12 @@ def test_kernel_and_launcher_are_extern_c(point):
     config = resolve_point(point)
     g = config.geometry
     source = render_kernel(config)
-    kernel = re.search(r'extern "C" __global__ void __launch_bounds__\((\d+), 1\)\s*(\w+)\(', source)
+    kernel = re.search(r'extern "C" __global__ void __launch_bounds__\((\d+), 1\)'
+                       r'(?: __cluster_dims__\((\d+), 1, 1\))?\s*(\w+)\(', source)
     assert kernel, "no extern \"C\" kernel"
     assert int(kernel.group(1)) == g.threads
-    assert kernel.group(2) == config.name
+    assert int(kernel.group(2) or 1) == g.cluster
+    assert kernel.group(3) == config.name
     assert "#define GEMMGEN_LAUNCHER gemmgen_gemm" in source
     assert re.search(r'extern "C" cudaError_t GEMMGEN_LAUNCHER\(int M, int N, int K, float alpha, '
                      rf'const {re.escape(config.element_type)}\* A,', source)
