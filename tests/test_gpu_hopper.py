@@ -5,6 +5,7 @@ clusters of two blocks sharing B by multicast, ping-pong consumers -- match the 
 tiles than SMs."""
 
 import pytest
+from conftest import assert_measured_ok
 
 from gemmgen.config import make_config
 from gemmgen.problem import Shape
@@ -42,6 +43,4 @@ def _needs_sm90(bench):
 @pytest.mark.parametrize("precision, params", POINTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(POINTS)])
 def test_hopper_point_is_correct(bench, precision, params, shape):
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
-    m = bench.measure_point(config.name, config, shape)
-    assert m.status == "ok", m.message
-    assert m.rel_error is not None and m.timing.median_ms > 0
+    assert_measured_ok(bench, config.name, config, shape)

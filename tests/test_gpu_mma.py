@@ -3,6 +3,7 @@ swizzle, 2..5 stages and the shared-memory swizzle's corner cases, match the flo
 alignment, so the element-wise copy path runs) and aligned ones (the cp.async path)."""
 
 import pytest
+from conftest import assert_measured_ok
 
 from gemmgen.config import make_config
 from gemmgen.problem import Shape
@@ -33,9 +34,7 @@ BENCH_SEED = 3  # the `bench` fixture (conftest.py) draws its inputs from this s
 @pytest.mark.parametrize("precision, params", POINTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(POINTS)])
 def test_mma_point_is_correct(bench, precision, params, shape):
     config = make_config("mma", params, precision, bench.gpu.info.arch)
-    m = bench.measure_point(config.name, config, shape)
-    assert m.status == "ok", m.message
-    assert m.rel_error is not None and m.timing.median_ms > 0
+    assert_measured_ok(bench, config.name, config, shape)
 
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
