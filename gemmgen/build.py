@@ -53,16 +53,28 @@ class BuildResult:
     seconds: float = 0.0
 
 
+def _pip_cuda_bins() -> list[Path]:
+    """bin folders of NVIDIA's CUDA tool wheels (e.g. nvidia-cuda-nvdisasm: nvidia/cu13/bin)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
+    return [bin_dir for root in roots for bin_dir in sorted(Path(root).glob("*/bin"))]
+
+
 def find_tool(name: str) -> str:
-    """Path of a CUDA tool (nvcc, cuobjdump): PATH, then $CUDA_HOME/bin, /usr/local/cuda/bin."""
+    """Path of a CUDA tool (nvcc, nvdisasm): PATH, then $CUDA_HOME/bin, /usr/local/cuda/bin, then
+    the bin folders of NVIDIA's pip wheels (``pip install nvidia-cuda-nvdisasm``)."""
     found = shutil.which(name)
     if found:
         return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "bin" / name).is_file():
-            return str(Path(root) / "bin" / name)
-    raise ToolNotFound(f"{name} not found on PATH or in $CUDA_HOME/bin; install the CUDA toolkit "
-                       "or put its bin folder on PATH")
+    folders = [Path(root) / "bin" for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                                "/usr/local/cuda") if root]
+    for folder in folders + _pip_cuda_bins():
+        if (folder / name).is_file() and os.access(folder / name, os.X_OK):
+            return str(folder / name)
+    raise ToolNotFound(f"{name} not found on PATH, in $CUDA_HOME/bin or in NVIDIA's pip wheels; install the "
+                       "CUDA toolkit or put its bin folder on PATH")
 
 
 @lru_cache(maxsize=None)
