@@ -8,7 +8,7 @@ point differs from its seed's code, ``note`` says how; the README's table repeat
 import re
 from dataclasses import dataclass
 
-from gemmgen.arch import Arch
+from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import FAMILIES
@@ -30,6 +30,10 @@ class NamedPoint:
 
     def config(self, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
         return make_config(self.family, self.params, self.precision, arch)
+
+    def runs_on(self, arch: str | Arch) -> bool:
+        """Whether the point's family can target ``arch`` at all (hopper: sm_90 only)."""
+        return FAMILIES[self.family].runs_on((arch if isinstance(arch, Arch) else parse_arch(arch)).cc)
 
 
 NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (

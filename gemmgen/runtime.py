@@ -243,7 +243,7 @@ class LoadedKernel:
         key = (a, b, m, n, k, workspace)
         if key not in self._maps:
             g, precision = self.config.geometry, self.config.precision
-            kp, np_ = (-(-x // g.pack_vec) * g.pack_vec for x in (k, n))
+            kp, np_ = g.packed_ld(k), g.packed_ld(n)
             a_bytes, b_bytes = packed
             box_a, box_b = g.tma.box_a, g.tma.box_b
             try:

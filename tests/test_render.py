@@ -7,9 +7,7 @@ import jinja2
 import pytest
 
 import gemmgen
-from gemmgen.arch import parse_arch
 from gemmgen.config import make_config
-from gemmgen.families import FAMILIES
 from gemmgen.points import NAMED_POINTS, resolve_point
 from gemmgen.render import _environment, render_kernel
 
@@ -22,11 +20,8 @@ def header_of(source: str) -> str:
     return source.split("#include", 1)[0]
 
 
-def _target(point: str, arch: str) -> bool:
-    return FAMILIES[NAMED_POINTS[point].family].runs_on(parse_arch(arch).cc)
-
-
-@pytest.mark.parametrize("point, arch", [(p, a) for p in sorted(NAMED_POINTS) for a in ARCHS if _target(p, a)])
+@pytest.mark.parametrize("point, arch", [(p, a) for p in sorted(NAMED_POINTS) for a in ARCHS
+                                         if NAMED_POINTS[p].runs_on(a)])
 def test_every_named_point_renders(point, arch):
     config = resolve_point(point, arch)
     source = render_kernel(config)
@@ -39,7 +34,7 @@ def test_every_named_point_renders(point, arch):
 
 @pytest.mark.parametrize("point", sorted(NAMED_POINTS))
 def test_header_documents_the_point(point):
-    arch = "sm_89" if _target(point, "sm_89") else "sm_90"
+    arch = "sm_89" if NAMED_POINTS[point].runs_on("sm_89") else "sm_90"
     config = resolve_point(point, arch)
     g = config.geometry
     header = header_of(render_kernel(config))

@@ -124,12 +124,21 @@ class Geometry:
         if not self.pack_vec:
             return 0, 0
         v, esize = self.pack_vec, 16 // self.pack_vec
-        a = 0 if k % v == 0 and a_ptr % 16 == 0 else -(-m * (-(-k // v) * v) * esize // 256) * 256
+
+        def copy_bytes(rows: int, cols: int) -> int:
+            return -(-rows * self.packed_ld(cols) * esize // 256) * 256
+
+        a = 0 if k % v == 0 and a_ptr % 16 == 0 else copy_bytes(m, k)
         if self.tma is not None and self.tma.transpose_b:
-            b = -(-n * (-(-k // v) * v) * esize // 256) * 256
+            b = copy_bytes(n, k)
         else:
-            b = 0 if n % v == 0 and b_ptr % 16 == 0 else -(-k * (-(-n // v) * v) * esize // 256) * 256
+            b = 0 if n % v == 0 and b_ptr % 16 == 0 else copy_bytes(k, n)
         return a, b
+
+    def packed_ld(self, cols: int) -> int:
+        """The leading dimension of a packed copy whose rows hold ``cols`` elements: cols rounded
+        up to a multiple of pack_vec (16 bytes)."""
+        return -(-cols // self.pack_vec) * self.pack_vec
 
 
 @dataclass(frozen=True, eq=False)  # families are singletons: compared and hashed by identity

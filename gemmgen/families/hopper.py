@@ -45,18 +45,18 @@ TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DA
 
 def derive(p, precision):
     esize = ELEMENT_TYPES[precision][1]
-    bk = SWIZZLE_BYTES // esize  # K elements in one 128-byte row
-    chunk = SWIZZLE_BYTES // esize  # B columns (N) in one 128-byte row, for N-major B
+    # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk (N-major)
+    bk = SWIZZLE_BYTES // esize
     rows = p["BM"] if p["schedule"] == "pingpong" else p["BM"] // p["consumers"]
     transpose_b = precision == "tf32"
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
     # B arrives in B_LOADS boxes: N-major, one per 128-byte column chunk; K-major (tf32), the BN
     # rows in one box, or one per cluster member, which each load their share for both.
-    b_loads = p["cluster"] if transpose_b else p["BN"] // chunk
+    b_loads = p["cluster"] if transpose_b else p["BN"] // bk
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner); B is K x N (N inner), or
     # its transposed copy N x K (K inner) for tf32.
-    box_b = (bk, p["BN"] // b_loads) if transpose_b else (chunk, bk)
+    box_b = (bk, p["BN"] // b_loads) if transpose_b else (bk, bk)
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
@@ -69,7 +69,7 @@ def derive(p, precision):
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
         "B_LOADS": b_loads,
-        "B_STEP": box_b[1] if transpose_b else chunk,  # elements of N between consecutive B boxes
+        "B_BOX_N": box_b[1] if transpose_b else bk,  # elements of N between consecutive B boxes
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
         "TRANSPOSE_B": transpose_b,
