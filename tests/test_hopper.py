@@ -63,19 +63,28 @@ def test_pingpong_consumers_take_whole_tiles_in_turn():
     assert "hp_named_sync" not in coop and "CLUSTER * 2 * 4" in coop
 
 
-def test_tf32_cluster_splits_the_transposed_b_box():
+def test_tf32_cluster_shares_out_the_b_chunks():
     c = make_config("hopper", {**DEFAULT, "cluster": 2}, "tf32", "sm_90")
-    assert c.geometry.tma.box_b == (32, 128) and c.derived["B_LOADS"] == 2
+    assert c.geometry.tma.box_b == (32, 32) and c.derived["B_LOADS"] == 8
+    assert "j < (rank + 1) * (B_LOADS / CLUSTER)" in render_kernel(c)
 
 
-def test_tf32_reads_b_transposed_k_major():
+def test_tf32_transposes_b_in_shared_memory():
     c = make_config("hopper", DEFAULT, "tf32", "sm_90")
     g = c.geometry
-    assert g.tma.transpose_b and g.tma.box_a == (32, 128) and g.tma.box_b == (32, 256)
-    assert c.derived["BK"] == 32 and c.derived["B_LOADS"] == 1
-    # B^T is always packed: N x roundup(K, 4) floats, even when B is aligned
-    assert g.pack_plan(128, 256, 64, 0, 0) == (0, 256 * 64 * 4)
-    assert g.pack_plan(128, 256, 63, 0, 0) == (-(-128 * 64 * 4 // 256) * 256, 256 * 64 * 4)
+    # B is read as it lies (K x N, N inner) in 128-byte chunks of 32 columns, never copied when aligned
+    assert g.tma.box_a == (32, 128) and g.tma.box_b == (32, 32)
+    assert c.derived["BK"] == 32 and c.derived["B_LOADS"] == 8 and c.derived["SMEM_TRANSPOSE"]
+    assert g.pack_plan(4096, 4096, 4096, 0, 0) == (0, 0)
+    assert g.pack_plan(128, 250, 64, 0, 0) == (0, -(-64 * 252 * 4 // 256) * 256)  # N % 4: rows misaligned
+    source = render_kernel(c)
+    assert "hp_bar_init(full_bar + 8 * s, TRANSPOSERS);" in source  # consumers wait for the transposers
+    assert "hp_bar_init(loaded_bar + 8 * s, 1);" in source  # who wait for the copies
+    assert "fence.proxy.async.shared::cta" in source and "st.shared.v4.f32" in source
+    assert "hp_setmaxnreg_dec<88>" in source and "hp_setmaxnreg_inc<208>" in source
+    # fp16 reads B N-major through wgmma's transpose bit: no transposers
+    fp16 = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert "TRANSPOSERS" not in fp16 and "const unsigned loaded_bar = full_bar;" in fp16
 
 
 def test_fp16_packs_only_misaligned_operands():

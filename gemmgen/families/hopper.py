@@ -22,8 +22,9 @@ Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA b
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
 layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free.
 fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma takes K-major operands only, so
-for tf32 the launch first writes B transposed (N x K) into the workspace, and the kernel reads
-that copy K-major.
+for tf32 the other three warps of the producer warpgroup rewrite each B chunk in place, from
+BK rows of 32 columns to 32 rows of BK (each chunk is a 32 x 32 square of 4 KB, so it fits its own
+bytes), while the tensor cores work on earlier stages: B is read from memory once, as it lies.
 
 Where the rows of A or B are not 16-byte aligned (TMA needs 16-byte row strides and bases), the
 launch packs that operand into zero-padded aligned rows in the workspace first, as ``mma`` does;
@@ -35,7 +36,7 @@ from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, d
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
-BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
+BARRIER_BYTES = 8  # one mbarrier: each stage has a full and an empty one, tf32 also a "loaded" one
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
 WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
@@ -45,22 +46,25 @@ TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DA
 
 def derive(p, precision):
     esize = ELEMENT_TYPES[precision][1]
-    # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk (N-major)
+    # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk
     bk = SWIZZLE_BYTES // esize
     rows = p["BM"] if p["schedule"] == "pingpong" else p["BM"] // p["consumers"]
-    transpose_b = precision == "tf32"
+    # tf32 wgmma reads B K-major only: the producer's spare warps transpose each chunk in smem
+    smem_transpose = precision == "tf32"
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
-    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
-    # B arrives in B_LOADS boxes: N-major, one per 128-byte column chunk; K-major (tf32), the BN
-    # rows in one box, or one per cluster member, which each load their share for both.
-    b_loads = p["cluster"] if transpose_b else p["BN"] // bk
-    # TMA boxes are {inner, outer} in elements: A is M x K (K inner); B is K x N (N inner), or
-    # its transposed copy N x K (K inner) for tf32.
-    box_b = (bk, p["BN"] // b_loads) if transpose_b else (bk, bk)
+    barriers = 3 if smem_transpose else 2
+    smem = p["stages"] * (a_bytes + b_bytes + barriers * BARRIER_BYTES) + ALIGN_SLACK
+    # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
+    # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
+    b_loads = p["BN"] // bk
+    consumer_regs = 232 if p["consumers"] == 2 else 240
+    producer_regs = 40
+    if smem_transpose:  # a transposing lane holds two 4x4 blocks of floats: 56 registers spilled, 88 do not
+        producer_regs, consumer_regs = 88, min(consumer_regs, 208)  # 128 * (88 + 2 * 208) <= 64K
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=box_b, transpose_b=transpose_b)),
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk))),
         "BK": bk,
         "ESIZE": esize,
         "ROWS": rows,  # rows of the tile per consumer warpgroup
@@ -69,14 +73,13 @@ def derive(p, precision):
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
         "B_LOADS": b_loads,
-        "B_BOX_N": box_b[1] if transpose_b else bk,  # elements of N between consecutive B boxes
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
-        "TRANSPOSE_B": transpose_b,
+        "SMEM_TRANSPOSE": smem_transpose,
         "TMA_TYPE": TMA_TYPE[precision],
-        # 128 * (40 + consumers * REGS) must fit the SM's 64K registers
-        "PRODUCER_REGS": 40,
-        "CONSUMER_REGS": 232 if p["consumers"] == 2 else 240,
+        # 128 * (PRODUCER_REGS + consumers * CONSUMER_REGS) must fit the SM's 64K registers
+        "PRODUCER_REGS": producer_regs,
+        "CONSUMER_REGS": consumer_regs,
     }
 
 
@@ -90,8 +93,7 @@ def check(p, precision, d):
     else:
         divides(v, "each consumer warpgroup's rows must be whole m64 wgmma tiles", "BM", p["BM"], "64*consumers",
                 64 * p["consumers"])
-    if precision != "tf32":
-        divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], "64", 64)
+    divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
             d["B_LOADS"], "cluster", p["cluster"])
     if d["ACC"] > MAX_ACC_REGS:
