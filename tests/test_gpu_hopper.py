@@ -26,6 +26,7 @@ POINTS = [
     ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "schedule": "pingpong"}),
     ("bf16", {"BM": 64, "BN": 256, "consumers": 2, "stages": 4, "schedule": "pingpong", "swizzle": 8}),
     ("tf32", {"BM": 128, "BN": 128, "consumers": 2, "stages": 5, "schedule": "pingpong", "cluster": 2}),
+    ("tf32", {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2}),
 ]
 SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(300, 200, 8), Shape(1000, 1000, 1000),
           Shape(16, 4096, 4096), Shape(4095, 4097, 4093), Shape(2048, 2048, 2048)]

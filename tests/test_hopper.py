@@ -69,22 +69,30 @@ def test_tf32_cluster_shares_out_the_b_chunks():
     assert "j < (rank + 1) * (B_LOADS / CLUSTER)" in render_kernel(c)
 
 
-def test_tf32_transposes_b_in_shared_memory():
+def test_tf32_computes_c_transposed_with_b_fragments_from_registers():
     c = make_config("hopper", DEFAULT, "tf32", "sm_90")
-    g = c.geometry
+    g, d = c.geometry, c.derived
     # B is read as it lies (K x N, N inner) in 128-byte chunks of 32 columns, never copied when aligned
     assert g.tma.box_a == (32, 128) and g.tma.box_b == (32, 32)
-    assert c.derived["BK"] == 32 and c.derived["B_LOADS"] == 8 and c.derived["SMEM_TRANSPOSE"]
+    assert d["BK"] == 32 and d["B_LOADS"] == 8 and d["SWAP_AB"]
     assert g.pack_plan(4096, 4096, 4096, 0, 0) == (0, 0)
     assert g.pack_plan(128, 250, 64, 0, 0) == (0, -(-64 * 252 * 4 // 256) * 256)  # N % 4: rows misaligned
+    # each consumer takes 128 of the 256 columns (two m64 fragments) over all 128 rows (wgmma N)
+    assert (d["ROWS"], d["COLS"], d["MI"], d["WGMMA_N"], d["ACC"]) == (128, 128, 2, 128, 128)
     source = render_kernel(c)
-    assert "hp_bar_init(full_bar + 8 * s, TRANSPOSERS);" in source  # consumers wait for the transposers
-    assert "hp_bar_init(loaded_bar + 8 * s, 1);" in source  # who wait for the copies
-    assert "fence.proxy.async.shared::cta" in source and "st.shared.v4.f32" in source
-    assert "hp_setmaxnreg_dec<88>" in source and "hp_setmaxnreg_inc<208>" in source
-    # fp16 reads B N-major through wgmma's transpose bit: no transposers
-    fp16 = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "TRANSPOSERS" not in fp16 and "const unsigned loaded_bar = full_bar;" in fp16
+    assert "{ %65, %66, %67, %68 }, %69, acc, 1, 1;" in source  # A from four registers
+    assert "hp_lds32(base + frag_at[r] + mi * 2 * B_BOX_BYTES + ks * 1024)" in source
+    assert "frag[1][ks][mi]" in source  # two fragment buffers: one k tile in flight
+    wide = make_config("hopper", {**DEFAULT, "BM": 256, "BN": 128}, "tf32", "sm_90").derived
+    assert (wide["COLS"], wide["MI"], wide["WGMMA_N"], wide["ACC"]) == (64, 1, 256, 128)
+
+
+def test_tf32_consumers_split_columns():
+    with pytest.raises(InvalidPoint, match="each consumer warpgroup's columns must be whole m64 wgmma tiles"):
+        make_config("hopper", {**DEFAULT, "BN": 64}, "tf32", "sm_90")
+    assert make_config("hopper", {**DEFAULT, "BN": 64, "BM": 128}, "fp16", "sm_90").derived["ROWS"] == 64
+    with pytest.raises(InvalidPoint, match=r"\(BN/consumers/64\)\*\(BM/2\) = 2\*128 = 256 registers"):
+        make_config("hopper", {**DEFAULT, "BM": 256}, "tf32", "sm_90")
 
 
 def test_fp16_packs_only_misaligned_operands():
@@ -125,7 +133,7 @@ def test_constraints_name_the_values(params, precision, expected):
 @pytest.mark.parametrize("precision, instruction", [
     ("fp16", "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"),
     ("bf16", "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
-    ("tf32", "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"),
+    ("tf32", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),  # C^T: wgmma N is BM
 ])
 def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, instruction):
     source = render_kernel(make_config("hopper", DEFAULT, precision, "sm_90"))
@@ -171,7 +179,7 @@ def _nvdisasm() -> str | None:
 
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed (the CUDA toolkit, or "
                                                 "`pip install nvidia-cuda-nvdisasm`, which the test extra does)")
-@pytest.mark.parametrize("precision, hgmma", [("fp16", "HGMMA.64x256x16.F32"), ("tf32", "HGMMA.64x256x8.F32.TF32")])
+@pytest.mark.parametrize("precision, hgmma", [("fp16", "HGMMA.64x256x16.F32"), ("tf32", "HGMMA.64x128x8.F32.TF32")])
 def test_sass_has_hgmma_and_tma_loads(precision, hgmma):
     config = make_config("hopper", DEFAULT, precision, "sm_90")
     result = build_kernel(config)

@@ -21,10 +21,12 @@ memory, and a stage is refilled once the consumers of both blocks are done with 
 Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
 layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free.
-fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma takes K-major operands only, so
-for tf32 the other three warps of the producer warpgroup rewrite each B chunk in place, from
-BK rows of 32 columns to 32 rows of BK (each chunk is a 32 x 32 square of 4 KB, so it fits its own
-bytes), while the tensor cores work on earlier stages: B is read from memory once, as it lies.
+fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma reads shared-memory operands
+K-major only, and B lies N-major, so tf32 computes C^T = B^T A^T instead: wgmma's A operand is a
+consumer's columns of B^T, which its threads load from the B tile into registers (the loads do the
+transposing, conflict-free through the swizzle), and wgmma's B operand is the A tile, K-major as it
+lies. For tf32 the consumers therefore split the tile's columns (BN / consumers each) and every
+consumer covers all BM rows (wgmma m64nBMk8).
 
 Where the rows of A or B are not 16-byte aligned (TMA needs 16-byte row strides and bases), the
 launch packs that operand into zero-padded aligned rows in the workspace first, as ``mma`` does;
@@ -36,7 +38,7 @@ from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, d
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
-BARRIER_BYTES = 8  # one mbarrier: each stage has a full and an empty one, tf32 also a "loaded" one
+BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
 WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
@@ -48,57 +50,59 @@ def derive(p, precision):
     esize = ELEMENT_TYPES[precision][1]
     # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk
     bk = SWIZZLE_BYTES // esize
-    rows = p["BM"] if p["schedule"] == "pingpong" else p["BM"] // p["consumers"]
-    # tf32 wgmma reads B K-major only: the producer's spare warps transpose each chunk in smem
-    smem_transpose = precision == "tf32"
+    swap = precision == "tf32"  # C^T = B^T A^T: consumers split columns, B^T fragments from registers
+    share = 1 if p["schedule"] == "pingpong" else p["consumers"]
+    rows, cols = (p["BM"], p["BN"] // share) if swap else (p["BM"] // share, p["BN"])
+    wgmma_n = p["BM"] if swap else p["BN"]
+    mi = (cols if swap else rows) // 64
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
-    barriers = 3 if smem_transpose else 2
-    smem = p["stages"] * (a_bytes + b_bytes + barriers * BARRIER_BYTES) + ALIGN_SLACK
+    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
     b_loads = p["BN"] // bk
-    consumer_regs = 232 if p["consumers"] == 2 else 240
-    producer_regs = 40
-    if smem_transpose:  # a transposing lane holds two 4x4 blocks of floats: 56 registers spilled, 88 do not
-        producer_regs, consumer_regs = 88, min(consumer_regs, 208)  # 128 * (88 + 2 * 208) <= 64K
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
                              tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk))),
         "BK": bk,
         "ESIZE": esize,
+        "SWAP_AB": swap,
         "ROWS": rows,  # rows of the tile per consumer warpgroup
-        "MI": rows // 64,  # wgmma m64 instructions per consumer per k step
-        "ACC": rows // 64 * p["BN"] // 2,  # fp32 accumulators per consumer thread
+        "COLS": cols,  # columns of the tile per consumer warpgroup
+        "MI": mi,  # wgmma m64 instructions per consumer per k step (over rows, or for tf32 columns)
+        "WGMMA_N": wgmma_n,
+        "ACC": mi * wgmma_n // 2,  # fp32 accumulators per consumer thread
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
         "B_LOADS": b_loads,
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
-        "SMEM_TRANSPOSE": smem_transpose,
         "TMA_TYPE": TMA_TYPE[precision],
-        # 128 * (PRODUCER_REGS + consumers * CONSUMER_REGS) must fit the SM's 64K registers
-        "PRODUCER_REGS": producer_regs,
-        "CONSUMER_REGS": consumer_regs,
+        # 128 * (40 + consumers * REGS) must fit the SM's 64K registers
+        "PRODUCER_REGS": 40,
+        "CONSUMER_REGS": 232 if p["consumers"] == 2 else 240,
     }
 
 
 def check(p, precision, d):
     v: list[str] = []
+    split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
     if p["schedule"] == "pingpong":
         if p["consumers"] != 2:
             v.append(f"schedule=pingpong alternates tiles between two consumer warpgroups: consumers={p['consumers']} "
                      "must be 2")
-        divides(v, "a consumer's tile rows must be whole m64 wgmma tiles", "BM", p["BM"], "64", 64)
+        divides(v, f"a consumer's tile {what} must be whole m64 wgmma tiles", split, p[split], "64", 64)
     else:
-        divides(v, "each consumer warpgroup's rows must be whole m64 wgmma tiles", "BM", p["BM"], "64*consumers",
-                64 * p["consumers"])
+        divides(v, f"each consumer warpgroup's {what} must be whole m64 wgmma tiles", split, p[split],
+                "64*consumers", 64 * p["consumers"])
     divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
             d["B_LOADS"], "cluster", p["cluster"])
     if d["ACC"] > MAX_ACC_REGS:
-        v.append(f"accumulators need (BM/consumers/64)*(BN/2) = {d['MI']}*{p['BN'] // 2} = {d['ACC']} registers "
-                 f"per consumer thread; at most {MAX_ACC_REGS} fit beside the addressing without spilling")
+        n = "BM" if d["SWAP_AB"] else "BN"
+        v.append(f"accumulators need ({split}/{'1' if p['schedule'] == 'pingpong' else 'consumers'}/64)*({n}/2) = "
+                 f"{d['MI']}*{d['WGMMA_N'] // 2} = {d['ACC']} registers per consumer thread; at most {MAX_ACC_REGS} "
+                 "fit beside the addressing without spilling")
     return v
 
 
@@ -110,7 +114,8 @@ FAMILY = Family(
     params=(
         Param("BM", (64, 128, 256), "rows of C per tile"),
         Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
-        Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile"),
+        Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile (tf32: "
+                                   "BN/consumers columns)"),
         Param("stages", (2, 3, 4, 5, 6), "shared-memory slots in the TMA -> wgmma ring"),
         Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
         Param("schedule", ("coop", "pingpong"), "coop: the consumers split each tile's rows; pingpong: they take "
