@@ -221,12 +221,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             jobs = [(shape, prec, label, config) for shape in shapes for prec in precisions
                     for label, config in configs.items() if config.precision == prec]
             pairs = [(shape, prec) for shape in shapes for prec in precisions]
-        # cuBLAS first for every (shape, precision), so each row's ratio is to this run's cuBLAS.
+        # cuBLAS first for every (shape, precision), its own row; each point is then timed in
+        # alternation with cuBLAS again, and its ratio is to that.
         plan = []
         for shape, prec in pairs:
             plan.append((shape, prec, "cublas", None))
             plan += [j for j in jobs if (j[0], j[1]) == (shape, prec)]
-        bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed)
+        bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True)
         rows, baseline = [], {}
         print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
         try:
@@ -238,10 +239,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 else:
                     m = bench.measure_point(label, config, shape)
                 base = baseline.get((shape, prec))
+                # a point's ratio is to cuBLAS timed in alternation with it (Bench(interleave=True))
+                ratio = m.baseline_ratio or (m.tflops / base if m.tflops and base else None)
                 rows.append({
                     "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
                     "ms": m.timing.median_ms if m.timing else None, "TFLOP/s": m.tflops,
-                    "% cuBLAS": 100.0 * m.tflops / base if m.tflops and base else None,
+                    "% cuBLAS": 100.0 * ratio if ratio else None,
                     "rel_err": m.rel_error, "status": m.status,
                 })
                 if m.status != "ok":

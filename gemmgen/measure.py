@@ -17,7 +17,7 @@ from gemmgen.errors import GemmgenError
 from gemmgen.families import ELEMENT_TYPES
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash, template_hash
-from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_launches
+from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_interleaved
 
 # Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
 Runner = Callable[[float, float], None]
@@ -45,10 +45,16 @@ class Measured:
     timing: Timing | None = None
     rel_error: float | None = None
     message: str = ""
+    baseline: Timing | None = None  # cuBLAS, timed in alternation with this point (Bench.interleave)
 
     @property
     def tflops(self) -> float | None:
         return self.shape.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.timing else None
+
+    @property
+    def baseline_ratio(self) -> float | None:
+        """This point's speed over cuBLAS's in the same alternating runs (1.0 = as fast)."""
+        return self.baseline.median_ms / self.timing.median_ms if self.timing and self.baseline else None
 
 
 class Operands:
@@ -98,8 +104,11 @@ class Bench:
     """Measures points and baselines on one GPU and records every outcome in ``db``."""
 
     def __init__(self, gpu: Gpu, db: ResultsDB, *, tag: str | None = "bench", seed: int | None = None,
-                 min_total_ms: float = 300.0):
+                 min_total_ms: float = 300.0, interleave: bool = False):
+        """With ``interleave``, each point is timed in alternation with cuBLAS on the same operands
+        (Measured.baseline), and that cuBLAS timing is recorded too."""
         self.gpu, self.db, self.tag, self.min_total_ms = gpu, db, tag, min_total_ms
+        self.interleave = interleave
         self.rng = np.random.default_rng(seed)
         self.cublas = Cublas()
         info = gpu.info
@@ -164,9 +173,10 @@ class Bench:
             worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
         return worst
 
-    def time(self, run: Runner, ops: Operands) -> Timing:
+    def time(self, run: Runner, ops: Operands, *others: Runner) -> list[Timing]:
         """The timed problem (TIMED_ALPHA, TIMED_BETA) on the last check's random inputs; C
-        poisoned and L2 flushed before every run, outside the timed region."""
+        poisoned and L2 flushed before every run, outside the timed region. ``run`` and ``others``
+        (already verified) run in alternation: one Timing each."""
         drv = self.gpu.drv
         mn_bytes = ops.shape.m * ops.shape.n * 4
 
@@ -174,17 +184,18 @@ class Bench:
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
             drv.memset_d8(self.flush, 0, self.flush_bytes)
 
-        return time_launches(self.gpu, lambda: run(TIMED_ALPHA, TIMED_BETA), before,
-                             min_total_ms=self.min_total_ms)
+        return time_interleaved(self.gpu, [lambda r=r: r(TIMED_ALPHA, TIMED_BETA) for r in (run, *others)], before,
+                                min_total_ms=self.min_total_ms)
 
-    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured) -> Measured:
+    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured, *others: Runner) -> Measured:
         try:
             verdict = self.verify(run, ops)
             result.rel_error = verdict.rel_error
             if not verdict.ok:
                 result.status, result.message = "wrong_result", verdict.message
                 return result
-            result.timing = self.time(run, ops)
+            result.timing, *rest = self.time(run, ops, *others)
+            result.baseline = rest[0] if rest else None
             result.status = "ok"
         except LaunchFailed as err:
             result.status, result.message = "launch_error", str(err)
@@ -213,7 +224,8 @@ class Bench:
                 def run(alpha, beta):
                     kernel.launch(shape.m, shape.n, shape.k, alpha, ops.a, ops.b, beta, ops.c)
 
-                self._verify_and_time(run, ops, result)
+                others = [self._cublas_runner(config.precision, ops)] if self.interleave else []
+                self._verify_and_time(run, ops, result, *others)
             except ShapeRefused as err:
                 result.status, result.message = "infeasible", str(err)
             except LaunchFailed as err:
@@ -221,20 +233,30 @@ class Bench:
         self._record(kernel_id, result, registers=usage.registers if usage else None,
                      smem_bytes=config.geometry.smem_bytes,
                      spill_bytes=(usage.spill_store_bytes + usage.spill_load_bytes) if usage else None)
+        if result.baseline is not None:
+            baseline = Measured("cublas", f"cublas_{config.precision}", config.precision, shape, "ok",
+                                timing=result.baseline, message=f"timed in alternation with {config.name}")
+            self._record(self._cublas_kernel_id(config.precision), baseline)
         return result
+
+    def _cublas_kernel_id(self, precision: str) -> int:
+        return self.db.kernel(name=f"cublas_{precision}", family="cublas", precision=precision,
+                              arch=self.gpu.info.arch.name, params=BASELINE_API[precision])
+
+    def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
+        s = ops.shape
+
+        def run(alpha, beta):
+            self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+
+        return run
 
     def measure_cublas(self, precision: str, shape: Shape) -> Measured:
         """Verify, time and record cuBLAS's GEMM for ``precision`` (see cublas.BASELINE_API)."""
-        name = f"cublas_{precision}"
-        kernel_id = self.db.kernel(name=name, family="cublas", precision=precision, arch=self.gpu.info.arch.name,
-                                   params=BASELINE_API[precision])
         ops = self.operands(shape, precision)
-
-        def run(alpha, beta):
-            self.cublas.gemm(precision, shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
-
-        result = self._verify_and_time(run, ops, Measured("cublas", name, precision, shape, "infeasible"))
-        self._record(kernel_id, result)
+        result = self._verify_and_time(self._cublas_runner(precision, ops), ops,
+                                       Measured("cublas", f"cublas_{precision}", precision, shape, "infeasible"))
+        self._record(self._cublas_kernel_id(precision), result)
         return result
 
     def _record(self, kernel_id: int, result: Measured, **extra) -> None:

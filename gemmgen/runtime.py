@@ -7,7 +7,7 @@ that the emitted source documents (config.geometry).
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,33 +271,42 @@ class Timing:
     runs: int
 
 
-def time_launches(gpu: Gpu, launch: Callable[[], None], before: Callable[[], None], *, warmup: int = 3,
-                  min_runs: int = 10, max_runs: int = 500, min_total_ms: float = 300.0) -> Timing:
-    """Time ``launch`` with a CUDA event pair around each run, after ``warmup`` untimed runs.
+def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: Callable[[], None], *,
+                     warmup: int = 3, min_runs: int = 10, max_runs: int = 500,
+                     min_total_ms: float = 300.0) -> list[Timing]:
+    """Time launches in alternation with a CUDA event pair around each run, after ``warmup``
+    untimed rounds: one Timing per launch.
 
     ``before`` runs before every run, outside the events (gemmgen uses it to poison C and flush
-    L2). Runs continue until ``min_runs`` and ``min_total_ms`` of kernel time are both reached,
-    or ``max_runs``. Raises LaunchFailed if any run faults.
+    L2). Each round runs every launch once (``before`` ahead of each), in turn forward and backward,
+    so that the clock and temperature drift of a long measurement falls on all of them alike and
+    none always follows the same neighbour: the way to compare two kernels (a point and cuBLAS).
+    Rounds continue until each launch has ``min_runs`` runs and the first has ``min_total_ms`` of
+    kernel time, or ``max_runs``. Raises LaunchFailed if any run faults.
     """
     drv = gpu.drv
     for _ in range(warmup):
-        before()
-        launch()
+        for launch in launches:
+            before()
+            launch()
     gpu.synchronize()
     start, stop = drv.Event(), drv.Event()
-    times: list[float] = []
-    total = 0.0
-    while len(times) < max_runs and (len(times) < min_runs or total < min_total_ms):
-        before()
-        start.record()
-        launch()
-        stop.record()
-        try:
-            stop.synchronize()
-        except drv.Error as err:
-            raise LaunchFailed(str(err)) from None
-        ms = stop.time_since(start)
-        times.append(ms)
-        total += ms
-    times.sort()
-    return Timing(times[len(times) // 2], times[0], times[-1], len(times))
+    times: list[list[float]] = [[] for _ in launches]
+    order = list(range(len(launches)))
+    while len(times[0]) < max_runs and (len(times[0]) < min_runs or sum(times[0]) < min_total_ms):
+        for i in order:
+            before()
+            start.record()
+            launches[i]()
+            stop.record()
+            try:
+                stop.synchronize()
+            except drv.Error as err:
+                raise LaunchFailed(str(err)) from None
+            times[i].append(stop.time_since(start))
+        order.reverse()
+    result = []
+    for ts in times:
+        ts.sort()
+        result.append(Timing(ts[len(ts) // 2], ts[0], ts[-1], len(ts)))
+    return result
