@@ -48,3 +48,20 @@ def test_stored_rows(bench):
     rows = bench.db.results(tag="test", status="ok")
     assert {r.kernel for r in rows} >= {NAMED_POINTS[p].config().name for p in POINTS}
     assert all(r.tflops > 0 for r in rows)
+
+
+def test_interleaved_timing_gives_the_point_its_own_cublas(bench):
+    """With interleave, a point is timed in alternation with cuBLAS: both timings come back, with as
+    many runs each, and the cuBLAS one is recorded as a cuBLAS result."""
+    shape = Shape(1024, 1024, 1024)
+    config = NAMED_POINTS["v4"].config(bench.gpu.info.arch)
+    bench.interleave = True
+    try:
+        m = bench.measure_point("v4", config, shape)
+    finally:
+        bench.interleave = False
+    assert m.status == "ok", m.message
+    assert m.baseline is not None and m.baseline.runs == m.timing.runs >= 10
+    assert m.baseline_ratio == pytest.approx(m.baseline.median_ms / m.timing.median_ms)
+    rows = bench.db.results(tag="test", status="ok", shape=(1024, 1024, 1024))  # no other cuBLAS test runs here
+    assert any(r.kernel == "cublas_fp32" for r in rows)
