@@ -249,12 +249,8 @@ class LoadedKernel:
             try:
                 map_a = (encode_tiled(precision, workspace, m, k, kp, box_a, "packed A") if a_bytes
                          else encode_tiled(precision, a, m, k, k, box_a, "A"))
-                if g.tma.transpose_b:
-                    map_b = encode_tiled(precision, workspace + a_bytes, n, k, kp, box_b, "B^T")
-                elif b_bytes:
-                    map_b = encode_tiled(precision, workspace + a_bytes, k, n, np_, box_b, "packed B")
-                else:
-                    map_b = encode_tiled(precision, b, k, n, n, box_b, "B")
+                map_b = (encode_tiled(precision, workspace + a_bytes, k, n, np_, box_b, "packed B") if b_bytes
+                         else encode_tiled(precision, b, k, n, n, box_b, "B"))
             except DriverError as err:
                 raise LaunchFailed(str(err)) from None
             if len(self._maps) >= 64:  # one entry per set of buffers and shape; drop stale ones

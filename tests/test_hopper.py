@@ -28,7 +28,7 @@ def test_name_geometry_and_boxes_of_the_default_point():
     assert g.block == (384, 1, 1) and (g.tile_m, g.tile_n) == (128, 256) and g.persistent
     # 4 stages of A (128 rows of 64 halves) and B (64 rows of 256 halves), barriers, alignment slack
     assert g.smem_bytes == 4 * (128 * 64 * 2 + 64 * 256 * 2 + 16) + 1024
-    assert g.tma.box_a == (64, 128) and g.tma.box_b == (64, 64) and not g.tma.transpose_b
+    assert g.tma.box_a == (64, 128) and g.tma.box_b == (64, 64)
     assert c.derived["B_LOADS"] == 4 and c.derived["ACC"] == 128
 
 

@@ -53,13 +53,10 @@ class Tma:
     """How a kernel loads A and B through the tensor memory accelerator: the box (tile) of each
     tensor map, {inner, outer} in elements, always with the 128-byte swizzle and zero fill outside
     the matrix. The maps are the kernel's first two parameters (``__grid_constant__ CUtensorMap``),
-    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace.
-    With ``transpose_b`` the map of B is over the transposed copy B^T (N x K) that the pack
-    kernel writes first."""
+    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace."""
 
     box_a: tuple[int, int]
     box_b: tuple[int, int]
-    transpose_b: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,8 +116,7 @@ class Geometry:
         (K, or N, not a multiple of pack_vec, or the pointer not 16-byte aligned) from a
         zero-padded copy that a pack kernel writes first: A as M x roundup(K, pack_vec), B as
         K x roundup(N, pack_vec), A's copy first, each rounded up to 256 bytes. The same rule is
-        gg_pack_plan in common.cuh.j2. With ``tma.transpose_b``, B is always copied, transposed:
-        N x roundup(K, pack_vec)."""
+        gg_pack_plan in common.cuh.j2."""
         if not self.pack_vec:
             return 0, 0
         v, esize = self.pack_vec, 16 // self.pack_vec
@@ -129,10 +125,7 @@ class Geometry:
             return -(-rows * self.packed_ld(cols) * esize // 256) * 256
 
         a = 0 if k % v == 0 and a_ptr % 16 == 0 else copy_bytes(m, k)
-        if self.tma is not None and self.tma.transpose_b:
-            b = copy_bytes(n, k)
-        else:
-            b = 0 if n % v == 0 and b_ptr % 16 == 0 else copy_bytes(k, n)
+        b = 0 if n % v == 0 and b_ptr % 16 == 0 else copy_bytes(k, n)
         return a, b
 
     def packed_ld(self, cols: int) -> int:
