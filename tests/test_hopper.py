@@ -129,6 +129,17 @@ def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, in
     assert "-gencode=arch=compute_90a,code=sm_90a" in source
 
 
+def test_tma_stores_c_only_where_the_kernel_does():
+    tma = make_config("hopper", DEFAULT, "tf32", "sm_90").geometry.tma
+    assert tma.stores_c(4096, 0.0, 0x10000) and tma.stores_c(4, -0.0, 16)
+    assert not tma.stores_c(4096, 0.5, 0x10000)  # C is read
+    assert not tma.stores_c(4098, 0.0, 0x10000)  # rows of 16392 bytes
+    assert not tma.stores_c(4096, 0.0, 0x10008)  # base 8-byte aligned only
+    source = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert "const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, int M" in source
+    assert ">>>(map_a, map_b, map_c," in source and "memset(&map_c, 0, sizeof(map_c));" in source
+
+
 VARIANTS = [
     ("fp16", DEFAULT),
     ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8}),

@@ -55,11 +55,22 @@ class Tma:
     the matrix. The maps are the kernel's first two parameters (``__grid_constant__ CUtensorMap``),
     built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace.
     With ``transpose_b`` the map of B is over the transposed copy B^T (N x K) that the pack
-    kernel writes first."""
+    kernel writes first.
+
+    With ``box_c``, the kernel also stores C through TMA and takes a third map, over C (fp32,
+    M x N, leading dimension N), with that box. The map can exist only where :meth:`stores_c`
+    holds (beta == 0, so C is not read; 16-byte rows and base); elsewhere the launch passes 128
+    zero bytes instead."""
 
     box_a: tuple[int, int]
     box_b: tuple[int, int]
     transpose_b: bool = False
+    box_c: tuple[int, int] | None = None
+
+    def stores_c(self, n: int, beta: float, c_ptr: int) -> bool:
+        """Whether a launch with this N, beta (as the kernel's float32) and C's address can store C
+        through TMA, and so gets a map over C: the emitted launcher's test too."""
+        return self.box_c is not None and beta == 0.0 and n % 4 == 0 and c_ptr % 16 == 0
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of 
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
+C_BOX = (SWIZZLE_BYTES // 4, 64)  # the tensor map over C: 64 rows x 32 fp32 columns (128 bytes)
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
 WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
@@ -60,7 +61,7 @@ def derive(p, precision):
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=box_b, transpose_b=transpose_b)),
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=box_b, transpose_b=transpose_b, box_c=C_BOX)),
         "BK": bk,
         "ESIZE": esize,
         "ROWS": rows,  # rows of the tile per consumer warpgroup
