@@ -37,7 +37,11 @@ SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of 
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
-C_BOX = (SWIZZLE_BYTES // 4, 64)  # the tensor map over C: 64 rows x 32 fp32 columns (128 bytes)
+# The TMA-store epilogue stages C in boxes of 64 rows x 32 fp32 columns (one 128-byte swizzled row
+# per tile row), C_BUFFERS of them per consumer warpgroup: one fills while the other drains.
+C_BOX = (SWIZZLE_BYTES // 4, 64)
+C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
+C_BUFFERS = 2
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
 WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
@@ -51,7 +55,8 @@ def derive(p, precision):
     rows = p["BM"] if p["schedule"] == "pingpong" else p["BM"] // p["consumers"]
     transpose_b = precision == "tf32"
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
-    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
+    c_bytes = p["consumers"] * C_BUFFERS * C_BOX_BYTES
+    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # B arrives in B_LOADS boxes: N-major, one per 128-byte column chunk; K-major (tf32), the BN
     # rows in one box, or one per cluster member, which each load their share for both.
     b_loads = p["cluster"] if transpose_b else p["BN"] // bk
@@ -69,6 +74,8 @@ def derive(p, precision):
         "ACC": rows // 64 * p["BN"] // 2,  # fp32 accumulators per consumer thread
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
+        "C_BOX_BYTES": C_BOX_BYTES,
+        "C_BUFFERS": C_BUFFERS,
         "B_LOADS": b_loads,
         "B_BOX_N": box_b[1] if transpose_b else bk,  # elements of N between consecutive B boxes
         "WGMMA_K": WGMMA_K[precision],
