@@ -20,14 +20,24 @@ memory, and a stage is refilled once the consumers of both blocks are done with 
 
 Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
-layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free.
+layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free. After
+the stages, two 8 KB C staging buffers per consumer warpgroup (below), then the barriers.
 fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma takes K-major operands only, so
 for tf32 the launch first writes B transposed (N x K) into the workspace, and the kernel reads
 that copy K-major.
 
-Where the rows of A or B are not 16-byte aligned (TMA needs 16-byte row strides and bases), the
-launch packs that operand into zero-padded aligned rows in the workspace first, as ``mma`` does;
-TMA's bounds checks zero-fill every tile edge, and the epilogue stores only inside C, so any
+The epilogue stores C through TMA where it can: with beta == 0 (C is not read), N % 4 == 0 and C
+16-byte aligned (TMA needs 16-byte row strides and bases). Each consumer warpgroup then writes its
+part of the tile box by box -- 64 rows x 32 fp32 columns, alpha * its accumulators, into one of
+its two 128-byte-swizzled staging buffers -- and one of its threads stores each box to C with a
+bulk tensor store (a third tensor map, over C), once the store before it is done reading the
+other buffer. The warpgroup goes on to its next tile while its last stores drain. The kernel
+tests the condition itself; where it fails (beta != 0, or C's rows or base misaligned), the host
+passes a zero-filled map, never read, and each thread stores its accumulators straight to C.
+
+Where the rows of A or B are not 16-byte aligned, the launch packs that operand into zero-padded
+aligned rows in the workspace first, as ``mma`` does; TMA's bounds checks zero-fill every tile
+edge of the loads and clip the stores at C's edges, and the direct stores stay inside C, so any
 M, N, K >= 1 is correct.
 """
 
