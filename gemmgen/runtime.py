@@ -15,7 +15,7 @@ import numpy as np
 from gemmgen.arch import DEFAULT_SMEM_LIMIT, MAX_GRID_Y, Arch, parse_arch
 from gemmgen.config import KernelConfig
 from gemmgen.errors import GemmgenError
-from gemmgen.driver import DriverError, DriverKernel, encode_tiled
+from gemmgen.driver import MAP_BYTES, DriverError, DriverKernel, encode_tiled
 
 
 class GpuUnavailable(GemmgenError):
@@ -141,8 +141,9 @@ class LoadedKernel:
         self._resident = gpu.info.sm_count  # blocks of a persistent grid that run at once
         self._tma_function = None  # kernels taking tensor maps (first) launch through the driver module
         if geometry.tma:
+            maps = "mmm" if geometry.tma.box_c else "mm"  # A, B (and C, where the kernel stores C through TMA)
             try:
-                self._tma_function = DriverKernel(cubin_path, config.name, "mmiiifPPfPP", geometry.smem_bytes)
+                self._tma_function = DriverKernel(cubin_path, config.name, maps + "iiifPPfPP", geometry.smem_bytes)
                 if geometry.cluster > 1:
                     self._resident = geometry.cluster * self._tma_function.max_active_clusters(geometry.cluster,
                                                                                                geometry.block)
@@ -150,7 +151,7 @@ class LoadedKernel:
                 raise LaunchFailed(f"cannot load {config.name}: {err}") from None
             if self._resident < geometry.cluster:
                 raise LaunchFailed(f"cannot run {config.name}: not one cluster of {geometry.cluster} blocks fits")
-        self._maps: dict[tuple, tuple[bytes, bytes]] = {}  # (A, B, M, N, K) -> tensor maps
+        self._maps: dict[tuple, tuple[bytes, ...]] = {}  # (A, B, C, M, N, K, ...) -> tensor maps
         self.pack = None
         if geometry.pack_vec:
             try:
@@ -222,7 +223,8 @@ class LoadedKernel:
                 raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
         grid = g.launch_grid(m, n, self._resident)
         if self._tma_function is not None:
-            maps = self._tensor_maps(m, n, k, int(a), int(b), workspace, (a_bytes, b_bytes))
+            maps = self._tensor_maps(m, n, k, int(a), int(b), workspace, (a_bytes, b_bytes), int(c),
+                                     g.tma.stores_c(n, float(np.float32(beta)), int(c)))
             try:
                 self._tma_function.launch(grid, g.block, *maps, m, n, k, alpha, int(a), int(b), beta, int(c), workspace)
             except DriverError as err:
@@ -234,13 +236,15 @@ class LoadedKernel:
         except self._drv.Error as err:
             raise LaunchFailed(f"launch of {self.config.name} failed: {err}") from None
 
-    def _tensor_maps(self, m: int, n: int, k: int, a: int, b: int, workspace: int, packed: tuple[int, int]
-                     ) -> tuple[bytes, bytes]:
-        """The tensor maps of A and B (Geometry.tma) for this launch: over A and B, or over their
+    def _tensor_maps(self, m: int, n: int, k: int, a: int, b: int, workspace: int, packed: tuple[int, int],
+                     c: int, store_c: bool) -> tuple[bytes, ...]:
+        """The tensor maps (Geometry.tma) for this launch: of A and B, over A and B or over their
         copies in the workspace where ``packed`` (pack_plan's bytes of A's and B's copies) says
-        they were made. Kept per buffers and shape, so a timed launch does not re-encode them.
-        Raises LaunchFailed where the driver refuses a map."""
-        key = (a, b, m, n, k, workspace)
+        they were made; then, for a kernel with ``tma.box_c``, of C: over C where ``store_c``
+        (Tma.stores_c, the kernel's own test), else 128 zero bytes, which the kernel never reads.
+        Kept per buffers and shape, so a timed launch does not re-encode them. Raises
+        LaunchFailed where the driver refuses a map."""
+        key = (a, b, c, m, n, k, workspace, store_c)
         if key not in self._maps:
             g, precision = self.config.geometry, self.config.precision
             kp, np_ = g.packed_ld(k), g.packed_ld(n)
@@ -251,11 +255,14 @@ class LoadedKernel:
                          else encode_tiled(precision, a, m, k, k, box_a, "A"))
                 map_b = (encode_tiled(precision, workspace + a_bytes, k, n, np_, box_b, "packed B") if b_bytes
                          else encode_tiled(precision, b, k, n, n, box_b, "B"))
+                maps = (map_a, map_b)
+                if g.tma.box_c:
+                    maps += (encode_tiled("fp32", c, m, n, n, g.tma.box_c, "C") if store_c else bytes(MAP_BYTES),)
             except DriverError as err:
                 raise LaunchFailed(str(err)) from None
             if len(self._maps) >= 64:  # one entry per set of buffers and shape; drop stale ones
                 self._maps.clear()
-            self._maps[key] = (map_a, map_b)
+            self._maps[key] = maps
         return self._maps[key]
 
 

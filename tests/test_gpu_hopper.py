@@ -2,7 +2,12 @@
 one and two m64 rows per consumer, 2..6 stages, N-major and (tf32) K-major B, grouped tile order,
 clusters of two blocks sharing B by multicast, ping-pong consumers -- match the float64 reference at odd shapes (TMA zero-fills every tile edge; where K or N break
 16-byte rows the pack kernel runs first) and aligned ones, and in a persistent grid with more
-tiles than SMs."""
+tiles than SMs.
+
+Both epilogues run: each shape is checked with beta = 0 and beta != 0 (verify.CHECKS), and C
+goes through TMA stores only with beta = 0 and N % 4 == 0 (clipped at C's edges where M or N is
+not a multiple of the tile, or N is narrower than a 32-column box); beta != 0, N odd or N % 4 == 2,
+and a C whose base is not 16-byte aligned take the direct stores."""
 
 import pytest
 from conftest import assert_measured_ok
@@ -16,7 +21,7 @@ POINTS = [
     ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}),
     ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8}),
     ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 4}),
-    ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 5}),
+    ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 4}),
     ("fp16", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2}),
     ("tf32", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}),
     ("tf32", {"BM": 64, "BN": 64, "consumers": 1, "stages": 6, "swizzle": 16}),
@@ -28,8 +33,12 @@ POINTS = [
     ("tf32", {"BM": 128, "BN": 128, "consumers": 2, "stages": 5, "schedule": "pingpong", "cluster": 2}),
     ("tf32", {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2}),
 ]
-SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(300, 200, 8), Shape(1000, 1000, 1000),
-          Shape(16, 4096, 4096), Shape(4095, 4097, 4093), Shape(2048, 2048, 2048)]
+# With beta = 0: TMA stores at 300x200 (N cuts a box, and leaves boxes wholly outside C), 5x12 (C
+# narrower and shorter than one box), 1000^3, 16x4096 and 2048^3; direct stores at N = 1, 33,
+# 257, 4097 (odd: one float at a time) and 258 (pairs, but rows not 16-byte aligned).
+SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(300, 200, 8), Shape(5, 12, 40),
+          Shape(130, 258, 72), Shape(1000, 1000, 1000), Shape(16, 4096, 4096), Shape(4095, 4097, 4093),
+          Shape(2048, 2048, 2048)]
 
 BENCH_SEED = 5  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
@@ -45,3 +54,33 @@ def _needs_sm90(bench):
 def test_hopper_point_is_correct(bench, precision, params, shape):
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     assert_measured_ok(bench, config.name, config, shape)
+
+
+@pytest.mark.parametrize("offset", [4, 8], ids=["c_plus_4_bytes", "c_plus_8_bytes"])
+@pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[10]], ids=["coop", "pingpong"])
+def test_misaligned_c_takes_the_direct_stores(bench, precision, params, offset):
+    """N % 4 == 0 but C's base not 16-byte aligned: TMA cannot store C, so the launch passes a
+    zero map and the kernel stores directly (floats at +4 bytes, float2 at +8); both checks."""
+    from gemmgen.build import build_kernel
+    from gemmgen.runtime import LoadedKernel
+
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    shape = Shape(257, 260, 96)
+    kernel = LoadedKernel(bench.gpu, config, build_kernel(config).cubin)
+    ops = bench.operands(shape, precision)
+    drv, c_bytes = bench.gpu.drv, shape.m * shape.n * 4
+    buffer = drv.mem_alloc(c_bytes + 16)
+    shifted = int(buffer) + offset
+    assert not config.geometry.tma.stores_c(shape.n, 0.0, shifted)
+
+    def run(alpha, beta):  # C (NaN or C0, as reset_c left it) -> shifted C -> GEMM -> C
+        drv.memcpy_dtod(shifted, ops.c, c_bytes)
+        kernel.launch(shape.m, shape.n, shape.k, alpha, ops.a, ops.b, beta, shifted)
+        drv.memcpy_dtod(ops.c, shifted, c_bytes)
+
+    try:
+        verdict = bench.verify(run, ops)
+    finally:
+        bench.gpu.synchronize()
+        buffer.free()
+    assert verdict.ok, verdict.message

@@ -1,6 +1,7 @@
-"""The hopper family without a GPU: its constraints (sm_90 only, registers, tiles) with their
-messages, the geometry and tensor-map boxes it derives, the PTX it emits for each precision, the
-sm_90a build, and -- where cuobjdump is installed -- that the SASS holds HGMMA and TMA loads."""
+"""The hopper family without a GPU: its constraints (sm_90 only, registers, tiles, shared memory)
+with their messages, the geometry and tensor-map boxes it derives, the PTX it emits for each
+precision, the TMA-store epilogue and its launcher, the sm_90a build, and -- where nvdisasm is
+installed -- that the SASS holds HGMMA, TMA loads and TMA stores."""
 
 import subprocess
 
@@ -26,9 +27,11 @@ def test_name_geometry_and_boxes_of_the_default_point():
     assert c.build_arch.name == "sm_90a" and c.arch.name == "sm_90"
     g = c.geometry
     assert g.block == (384, 1, 1) and (g.tile_m, g.tile_n) == (128, 256) and g.persistent
-    # 4 stages of A (128 rows of 64 halves) and B (64 rows of 256 halves), barriers, alignment slack
-    assert g.smem_bytes == 4 * (128 * 64 * 2 + 64 * 256 * 2 + 16) + 1024
+    # 4 stages of A (128 rows of 64 halves) and B (64 rows of 256 halves) and their barriers, two
+    # 64 x 32 fp32 C staging boxes per consumer, alignment slack: 230464 of sm_90's 232448 bytes
+    assert g.smem_bytes == 4 * (128 * 64 * 2 + 64 * 256 * 2 + 16) + 2 * 2 * 64 * 32 * 4 + 1024 == 230464
     assert g.tma.box_a == (64, 128) and g.tma.box_b == (64, 64)
+    assert g.tma.box_c == (32, 64)  # 32 fp32 columns: one 128-byte swizzled row per C row
     assert c.derived["B_LOADS"] == 4 and c.derived["ACC"] == 128
 
 
@@ -119,6 +122,9 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"BM": 256, "BN": 256}, "bf16", "(BM/consumers/64)*(BN/2) = 2*128 = 256 registers"),
     ({"BM": 128, "BN": 256, "consumers": 1}, "fp16", "= 2*128 = 256 registers"),
     ({"BN": 192, "stages": 6}, "fp16", "exceeds sm_90's limit"),
+    # the C staging (2 consumers x 2 x 8 KB) leaves no room for a fifth stage of 128x256 or 128x192
+    ({"stages": 5}, "fp16", "shared memory = 279632 bytes exceeds sm_90's limit of 232448 bytes per block"),
+    ({"BN": 192, "stages": 5}, "bf16", "shared memory = 238672 bytes exceeds sm_90's limit of 232448 bytes"),
     ({"BN": 192, "cluster": 2}, "fp16", "B boxes=3 must be a multiple of cluster=2"),
     ({"consumers": 1, "BN": 128, "schedule": "pingpong"}, "fp16", "consumers=1 must be 2"),
     ({"BN": 256, "schedule": "pingpong"}, "fp16", "= 2*128 = 256 registers"),
@@ -146,11 +152,49 @@ def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, in
     assert "-gencode=arch=compute_90a,code=sm_90a" in source
 
 
+@pytest.mark.parametrize("params", [DEFAULT, {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}],
+                         ids=["coop", "pingpong"])
+def test_tma_store_epilogue_and_its_map(params):
+    source = render_kernel(make_config("hopper", params, "fp16", "sm_90"))
+    # the third map, in the kernel, the launch and the header
+    assert "const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, int M" in source
+    assert ">>>(map_a, map_b, map_c," in source
+    assert "C (M x N fp32, box 64 x 32), 128-byte swizzle" in source
+    # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
+    assert "const bool c_tma = beta == 0.0f && N % 4 == 0 && gg_aligned(C, 16);" in source
+    assert "if (beta == 0.0f && N % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0) {" in source
+    assert "memset(&map_c, 0, sizeof(map_c));" in source
+    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), C, M, N, (size_t)N,\n                                    64, 32);" in source
+    # staging after the ring, then the barriers; stores, bulk groups, the proxy fence, a
+    # warpgroup barrier of its own (pingpong's turns use 1 and 2)
+    assert "const unsigned full_bar = c_stage + CONSUMERS * C_BUFFERS * C_BOX_BYTES" in source
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];" in source
+    assert "cp.async.bulk.commit_group;" in source and "fence.proxy.async.shared::cta;" in source
+    assert "cp.async.bulk.wait_group.read %0;" in source and "cp.async.bulk.wait_group %0;" in source
+    assert "hp_bulk_wait_read<0>();" in source and "hp_bulk_wait<0>();" in source
+    assert 'bar.sync %0, 128;' in source and "hp_warpgroup_sync(3 + consumer);" in source
+    # the direct stores stay for beta != 0 and misaligned C
+    assert "v0 += beta * old.x" in source
+
+
+def test_tma_stores_c_only_where_the_kernel_does():
+    tma = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry.tma
+    assert tma.stores_c(4096, 0.0, 0x10000) and tma.stores_c(4, -0.0, 16)
+    assert not tma.stores_c(4096, 0.5, 0x10000)  # C is read
+    assert not tma.stores_c(4098, 0.0, 0x10000)  # rows of 16392 bytes
+    assert not tma.stores_c(4096, 0.0, 0x10008)  # base 8-byte aligned only
+    # tf32 holds C^T in its accumulators and stores it directly: no map over C, no staging
+    tf32 = make_config("hopper", DEFAULT, "tf32", "sm_90")
+    assert tf32.geometry.tma.box_c is None and not tf32.geometry.tma.stores_c(4096, 0.0, 0x10000)
+    assert tf32.geometry.smem_bytes == 4 * (128 * 32 * 4 + 32 * 256 * 4 + 16) + 1024
+    assert "tma_c" not in render_kernel(tf32)
+
+
 VARIANTS = [
     ("fp16", DEFAULT),
     ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8}),
     ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 4}),
-    ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 5, "swizzle": 1}),
+    ("bf16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 4, "swizzle": 1}),
     ("tf32", DEFAULT),
     ("tf32", {"BM": 64, "BN": 64, "consumers": 1, "stages": 6, "swizzle": 16}),
     ("fp16", {**DEFAULT, "cluster": 2}),
@@ -168,6 +212,7 @@ def test_variants_compile_for_sm90a_without_spills(precision, params):
     assert usage is not None and not usage.spills, usage
     # the register cap of __launch_bounds__(threads, 1) is what setmaxnreg redistributes
     assert "C7508" not in result.log  # ptxas: setmaxnreg ignored
+    assert "C7510" not in result.log  # ptxas: wgmma serialized (e.g. accumulators touched while in flight)
 
 
 def _nvdisasm() -> str | None:
@@ -187,4 +232,8 @@ def test_sass_has_hgmma_and_tma_loads(precision, hgmma):
     sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
     kernel = sass[sass.index(f".text.{config.name}:"):]
     assert hgmma in kernel and "UTMALDG.2D" in kernel and "USETMAXREG" in kernel
+    # fp16's epilogue: TMA stores, their commit and wait, and the proxy fence before them; tf32
+    # stores C^T fragments directly
+    stores = "UTMASTG.2D" in kernel and "UTMACMDFLUSH" in kernel and "FENCE.VIEW.ASYNC.S" in kernel
+    assert stores == (precision == "fp16")
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills

@@ -165,7 +165,7 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     z = config.geometry.split_k
     if not config.geometry.persistent:
         assert f"const dim3 grid((unsigned)grid_x, (unsigned)grid_y, {z});" in source
-    assert re.search(r"<<<grid, .*\((?:map_a, map_b,\s+)?M, N, K, alpha, A, B, beta, C, workspace\);", source,
+    assert re.search(r"<<<grid, .*\((?:map_a, map_b,(?: map_c,)?\s+)?M, N, K, alpha, A, B, beta, C, workspace\);", source,
                      re.DOTALL)
     if z > 1:
         assert "gg_grow_workspace(&buffer, &buffer_bytes, need, stream)" in source

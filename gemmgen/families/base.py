@@ -53,10 +53,21 @@ class Tma:
     """How a kernel loads A and B through the tensor memory accelerator: the box (tile) of each
     tensor map, {inner, outer} in elements, always with the 128-byte swizzle and zero fill outside
     the matrix. The maps are the kernel's first two parameters (``__grid_constant__ CUtensorMap``),
-    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace."""
+    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace.
+
+    With ``box_c``, the kernel also stores C through TMA and takes a third map, over C (fp32,
+    M x N, leading dimension N), with that box. The map can exist only where :meth:`stores_c`
+    holds (beta == 0, so C is not read; 16-byte rows and base); elsewhere the launch passes 128
+    zero bytes instead, and the kernel, deciding by the same rule, stores C directly."""
 
     box_a: tuple[int, int]
     box_b: tuple[int, int]
+    box_c: tuple[int, int] | None = None
+
+    def stores_c(self, n: int, beta: float, c_ptr: int) -> bool:
+        """Whether a launch with this N, beta (as the kernel's float32) and C's address stores C
+        through TMA: the kernel's own test (hopper.cu.j2's c_tma) and the emitted launcher's."""
+        return self.box_c is not None and beta == 0.0 and n % 4 == 0 and c_ptr % 16 == 0
 
 
 @dataclass(frozen=True)

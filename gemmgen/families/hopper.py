@@ -20,7 +20,9 @@ memory, and a stage is refilled once the consumers of both blocks are done with 
 
 Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
-layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free.
+layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free. After
+the stages, fp16/bf16 have two 8 KB C staging buffers per consumer warpgroup (below), then the
+barriers.
 fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma reads shared-memory operands
 K-major only, and B lies N-major, so tf32 computes C^T = B^T A^T instead: wgmma's A operand is a
 consumer's columns of B^T, which its threads load from the B tile into registers (the loads do the
@@ -28,9 +30,20 @@ transposing, conflict-free through the swizzle), and wgmma's B operand is the A 
 lies. For tf32 the consumers therefore split the tile's columns (BN / consumers each) and every
 consumer covers all BM rows (wgmma m64nBMk8).
 
-Where the rows of A or B are not 16-byte aligned (TMA needs 16-byte row strides and bases), the
-launch packs that operand into zero-padded aligned rows in the workspace first, as ``mma`` does;
-TMA's bounds checks zero-fill every tile edge, and the epilogue stores only inside C, so any
+The fp16/bf16 epilogue stores C through TMA where it can: with beta == 0 (C is not read), N % 4 == 0 and C
+16-byte aligned (TMA needs 16-byte row strides and bases). Each consumer warpgroup then writes its
+part of the tile box by box -- 64 rows x 32 fp32 columns, alpha * its accumulators, into one of
+its two 128-byte-swizzled staging buffers -- and one of its threads stores each box to C with a
+bulk tensor store (a third tensor map, over C), once the store before it is done reading the
+other buffer. The warpgroup goes on to its next tile while its last stores drain. The kernel
+tests the condition itself; where it fails (beta != 0, or C's rows or base misaligned), the host
+passes a zero-filled map, never read, and each thread stores its accumulators straight to C.
+tf32's accumulators hold C^T; each thread stores them straight to C (each store instruction covers
+8 consecutive columns of 4 rows: full 32-byte sectors).
+
+Where the rows of A or B are not 16-byte aligned, the launch packs that operand into zero-padded
+aligned rows in the workspace first, as ``mma`` does; TMA's bounds checks zero-fill every tile
+edge of the loads and clip the stores at C's edges, and the direct stores stay inside C, so any
 M, N, K >= 1 is correct.
 """
 
@@ -40,6 +53,11 @@ SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of 
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
+# The TMA-store epilogue stages C in boxes of 64 rows x 32 fp32 columns (one 128-byte swizzled row
+# per tile row), C_BUFFERS of them per consumer warpgroup: one fills while the other drains.
+C_BOX = (SWIZZLE_BYTES // 4, 64)
+C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
+C_BUFFERS = 2
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
 WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
@@ -56,14 +74,15 @@ def derive(p, precision):
     wgmma_n = p["BM"] if swap else p["BN"]
     mi = (cols if swap else rows) // 64
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
-    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + ALIGN_SLACK
+    c_bytes = 0 if swap else p["consumers"] * C_BUFFERS * C_BOX_BYTES  # tf32 stores C^T fragments directly
+    smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
     b_loads = p["BN"] // bk
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk))),
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk), box_c=None if swap else C_BOX)),
         "BK": bk,
         "ESIZE": esize,
         "SWAP_AB": swap,
@@ -74,6 +93,8 @@ def derive(p, precision):
         "ACC": mi * wgmma_n // 2,  # fp32 accumulators per consumer thread
         "A_BYTES": a_bytes,
         "B_BYTES": b_bytes,
+        "C_BOX_BYTES": C_BOX_BYTES,
+        "C_BUFFERS": C_BUFFERS,
         "B_LOADS": b_loads,
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
