@@ -161,8 +161,10 @@ def test_tma_store_epilogue_and_its_map(params):
     assert ">>>(map_a, map_b, map_c," in source
     assert "C (M x N fp32, box 64 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
-    assert "const bool c_tma = beta == 0.0f && N % 4 == 0 && gg_aligned(C, 16);" in source
-    assert "if (beta == 0.0f && N % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0) {" in source
+    # one rule for the kernel and the launcher
+    assert "return beta == 0.0f && N % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;" in source
+    assert "const bool c_tma = gg_tma_stores_c(beta, N, C);" in source
+    assert "if (gg_tma_stores_c(beta, N, C)) {" in source
     assert "memset(&map_c, 0, sizeof(map_c));" in source
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), C, M, N, (size_t)N,\n                                    64, 32);" in source
     # staging after the ring, then the barriers; stores, bulk groups, the proxy fence, a

@@ -66,7 +66,7 @@ class Tma:
 
     def stores_c(self, n: int, beta: float, c_ptr: int) -> bool:
         """Whether a launch with this N, beta (as the kernel's float32) and C's address stores C
-        through TMA: the kernel's own test (hopper.cu.j2's c_tma) and the emitted launcher's."""
+        through TMA: gg_tma_stores_c in common.cuh.j2, which the kernel and the launcher use."""
         return self.box_c is not None and beta == 0.0 and n % 4 == 0 and c_ptr % 16 == 0
 
 
