@@ -110,14 +110,23 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
 )}
 
 
-def _fields(fmt: str) -> str:
-    """A name format as a regular expression: each {param} becomes a named group."""
-    return re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>[a-z0-9]+)", re.escape(fmt))
+def _fields(fmt: str, family) -> str:
+    """A name format as a regular expression: each {param} becomes a named group: any number for
+    a numeric parameter (make_config then names a bad value), one of its words for a word-valued
+    one (so that a word is never mistaken for a flag option such as ``_sk``)."""
+    def group(m: re.Match) -> str:
+        choices = family.param(m.group(1)).choices
+        if isinstance(choices[0], int):
+            return f"(?P<{m.group(1)}>[0-9]+)"
+        return f"(?P<{m.group(1)}>{'|'.join(map(re.escape, sorted(choices, key=len, reverse=True)))})"
+    return re.sub(r"\\\{(\w+)\\\}", group, re.escape(fmt))
 
 
 def _name_pattern(family) -> re.Pattern:
-    optional = "".join(f"(?:{_fields(fmt)})?" for _, fmt, _ in family.name_options)
-    return re.compile(f"{family.name}_{_fields(family.name_format)}{optional}_(?P<precision>[a-z0-9]+)")
+    # an option without a {field} is a flag: its parameter's one non-neutral value
+    optional = "".join(f"(?:{_fields(fmt, family)})?" if "{" in fmt else f"(?P<{param}>{re.escape(fmt)})?"
+                       for param, fmt, _ in family.name_options)
+    return re.compile(f"{family.name}_{_fields(family.name_format, family)}{optional}_(?P<precision>[a-z0-9]+)")
 
 
 def point_spec(name: str) -> tuple[str, str, dict]:
@@ -135,9 +144,11 @@ def point_spec(name: str) -> tuple[str, str, dict]:
         if m:
             fields = m.groupdict()
             precision = fields.pop("precision")
-            for param, _, neutral in family.name_options:  # left out of the name: neutral
+            for param, fmt, neutral in family.name_options:  # left out of the name: neutral
                 if fields[param] is None:
                     fields[param] = str(neutral)
+                elif "{" not in fmt:
+                    fields[param] = str(next(c for c in family.param(param).choices if c != neutral))
             return family.name, precision, fields
     raise InvalidParameter(
         f"unknown point {name!r}; named points: {', '.join(NAMED_POINTS)} "

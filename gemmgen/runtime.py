@@ -162,15 +162,16 @@ class LoadedKernel:
         self._drv = drv
         self._packed = None  # packed copies of misaligned operands (Geometry.pack_plan), grown as needed
         self._packed_bytes = 0
-        self._workspace = None  # split-K counters and partials: zeroed once, grown as needed
+        self._workspace = None  # split-K / stream-K counters and partials: zeroed once, grown as needed
         self._workspace_bytes = 0
 
     def workspace(self, m: int, n: int) -> int:
-        """The device address of a zeroed workspace of config.geometry.workspace_bytes(m, n) bytes,
-        or 0 where the kernel needs none. Allocated once and grown when a larger shape needs more;
-        the kernel leaves its split-K counters zero, so it is reused without clearing (launches on
-        one stream)."""
-        need = self.config.geometry.workspace_bytes(m, n)
+        """The device address of a zeroed workspace of config.geometry.workspace_bytes bytes for
+        a launch at M x N, or 0 where the kernel needs none. Allocated once and grown when a larger
+        shape needs more; the kernel leaves its split-K counters or stream-K flags zero, so it is
+        reused without clearing (launches on one stream)."""
+        g = self.config.geometry
+        need = g.workspace_bytes(m, n, g.launch_grid(m, n, self._resident)[0])
         if need == 0:
             return 0
         return self._grown("_workspace", need, zero=True)
@@ -214,16 +215,19 @@ class LoadedKernel:
         g = self.config.geometry
         workspace = self.workspace(m, n)
         a_bytes, b_bytes = g.pack_plan(m, n, k, int(a), int(b))
+        packed = 0  # the packed copies: read through the tensor maps, or else through the workspace argument
         if a_bytes + b_bytes:
-            workspace = self._packed_buffer(a_bytes + b_bytes)
+            packed = self._packed_buffer(a_bytes + b_bytes)
             try:
                 self.pack.prepared_call(PACK_GRID, PACK_BLOCK, np.int32(m), np.int32(n), np.int32(k), int(a), int(b),
-                                        workspace)
+                                        packed)
             except self._drv.Error as err:
                 raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
+            if self._tma_function is None:
+                workspace = packed  # no pack_vec family splits K
         grid = g.launch_grid(m, n, self._resident)
         if self._tma_function is not None:
-            maps = self._tensor_maps(m, n, k, int(a), int(b), workspace, (a_bytes, b_bytes), int(c),
+            maps = self._tensor_maps(m, n, k, int(a), int(b), packed, (a_bytes, b_bytes), int(c),
                                      g.tma.stores_c(n, float(np.float32(beta)), int(c)))
             try:
                 self._tma_function.launch(grid, g.block, *maps, m, n, k, alpha, int(a), int(b), beta, int(c), workspace)
@@ -239,8 +243,8 @@ class LoadedKernel:
     def _tensor_maps(self, m: int, n: int, k: int, a: int, b: int, workspace: int, packed: tuple[int, int],
                      c: int, store_c: bool) -> tuple[bytes, ...]:
         """The tensor maps (Geometry.tma) for this launch: of A and B, over A and B or over their
-        copies in the workspace where ``packed`` (pack_plan's bytes of A's and B's copies) says
-        they were made; then, for a kernel with ``tma.box_c``, of C: over C where ``store_c``
+        copies in ``workspace`` (the packed buffer) where ``packed`` (pack_plan's bytes of A's and
+        B's copies) says they were made; then, for a kernel with ``tma.box_c``, of C: over C where ``store_c``
         (Tma.stores_c, the kernel's own test), else 128 zero bytes, which the kernel never reads.
         Kept per buffers and shape, so a timed launch does not re-encode them. Raises
         LaunchFailed where the driver refuses a map."""

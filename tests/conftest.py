@@ -134,12 +134,14 @@ def assert_compiles_without_spills(config, result):
     return usage
 
 
-def nvcc_compile(source: str, out: Path, arch: str, *flags: str) -> Path:
+def nvcc_compile(source: str, out: Path, arch: str | None, *flags: str) -> Path:
     """Writes ``source`` to ``out`` with the suffix .cu and runs ``nvcc -O3 -arch=<arch> <flags> -o out``
-    on it; fails the test with nvcc's output where nvcc fails. Returns ``out``."""
+    on it (no -arch where ``arch`` is None: the flags name the targets); fails the test with nvcc's
+    output where nvcc fails. Returns ``out``."""
     cu = out.with_suffix(".cu")
     cu.write_text(source)
-    proc = subprocess.run([find_tool("nvcc"), "-O3", f"-arch={arch}", *flags, str(cu), "-o", str(out)],
+    target = [f"-arch={arch}"] if arch else []
+    proc = subprocess.run([find_tool("nvcc"), "-O3", *target, *flags, str(cu), "-o", str(out)],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
@@ -152,3 +154,28 @@ def assert_measured_ok(bench, label: str, config, shape):
     assert m.status == "ok", m.message
     assert m.timing.median_ms > 0 and m.rel_error is not None
     return m
+
+
+def load_kernel(bench, config):
+    """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
+    from gemmgen.runtime import LoadedKernel
+
+    build = build_kernel(config)
+    assert build.ok, build.log
+    return LoadedKernel(bench.gpu, config, build.cubin)
+
+
+def run_gemm(bench, kernel, ops, alpha, beta):
+    """One launch of ``kernel`` on ``ops`` (C reset for beta first); C downloaded."""
+    s = ops.shape
+    ops.reset_c(beta)
+    kernel.launch(s.m, s.n, s.k, alpha, ops.a, ops.b, beta, ops.c)
+    bench.gpu.synchronize()
+    return ops.download_c()
+
+
+@pytest.fixture
+def needs_sm90(bench):
+    """Skips a test on any GPU but sm_90 (the hopper family's only target)."""
+    if bench.gpu.info.arch.cc != 90:
+        pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {bench.gpu.info.arch.name}")

@@ -15,7 +15,7 @@ from conftest import assert_measured_ok
 from gemmgen.config import make_config
 from gemmgen.problem import Shape
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 
 POINTS = [
     ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}),
@@ -41,12 +41,6 @@ SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(300, 200
           Shape(2048, 2048, 2048)]
 
 BENCH_SEED = 5  # the `bench` fixture (conftest.py) draws its inputs from this seed
-
-
-@pytest.fixture(autouse=True)
-def _needs_sm90(bench):
-    if bench.gpu.info.arch.cc != 90:
-        pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {bench.gpu.info.arch.name}")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -7,10 +7,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, nvcc_compile, split_points
+from conftest import assert_measured_ok, load_kernel, nvcc_compile, run_gemm, split_points
 
 from gemmgen.arch import detect_arch
-from gemmgen.build import build_kernel
 from gemmgen.config import make_config
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
@@ -36,22 +35,6 @@ def test_split_and_swizzle_match_the_reference(bench, point, shape):
     assert_measured_ok(bench, point, config_of(point, bench), shape)
 
 
-def load(bench, config):
-    from gemmgen.runtime import LoadedKernel
-
-    build = build_kernel(config)
-    assert build.ok, build.log
-    return LoadedKernel(bench.gpu, config, build.cubin)
-
-
-def run(bench, kernel, ops, alpha, beta):
-    s = ops.shape
-    ops.reset_c(beta)
-    kernel.launch(s.m, s.n, s.k, alpha, ops.a, ops.b, beta, ops.c)
-    bench.gpu.synchronize()
-    return ops.download_c()
-
-
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_one_element(bench, point):
     """1x1x1: every split but the first is empty. The result must be bit for bit the unsplit v4's
@@ -59,11 +42,11 @@ def test_one_element(bench, point):
     from gemmgen import verify
 
     shape = Shape(1, 1, 1)
-    split, plain = load(bench, config_of(point, bench)), load(bench, NAMED_POINTS["v4"].config(bench.gpu.info.arch))
+    split, plain = load_kernel(bench, config_of(point, bench)), load_kernel(bench, NAMED_POINTS["v4"].config(bench.gpu.info.arch))
     ops = bench.operands(shape, "fp32")
     for alpha, beta in verify.CHECKS:
         ops.fill(bench.rng)
-        ours, theirs = run(bench, split, ops, alpha, beta), run(bench, plain, ops, alpha, beta)
+        ours, theirs = run_gemm(bench, split, ops, alpha, beta), run_gemm(bench, plain, ops, alpha, beta)
         assert ours.view(np.uint32)[0, 0] == theirs.view(np.uint32)[0, 0], (ours, theirs)
         ref, scale = verify.host_reference(ops.host_a.astype(np.float64), ops.host_b.astype(np.float64),
                                            ops.host_c0, alpha, beta)
@@ -75,14 +58,14 @@ def test_one_element(bench, point):
 @pytest.mark.parametrize("point", ["splitk", "m16_k16_g2_b1", "v4_k4_g8"])
 def test_split_results_are_bitwise_identical_run_after_run(bench, point, shape):
     config = config_of(point, bench)
-    kernel = load(bench, config)
+    kernel = load_kernel(bench, config)
     ops = bench.operands(shape, "fp32")
     ops.fill(np.random.default_rng(11))
     gx, gy, _ = config.geometry.grid(shape.m, shape.n)
     for alpha, beta in ((1.0, 0.0), (1.25, -0.75)):
         results = []
         for _ in range(5):
-            results.append(run(bench, kernel, ops, alpha, beta).view(np.uint32))
+            results.append(run_gemm(bench, kernel, ops, alpha, beta).view(np.uint32))
             counters = np.empty(gx * gy, dtype=np.uint32)  # the workspace starts with one per tile
             bench.gpu.drv.memcpy_dtoh(counters, kernel.workspace(shape.m, shape.n))
             assert not counters.any(), "split-K counters not back at zero after the launch"
@@ -95,11 +78,11 @@ def test_workspace_grows_for_a_larger_shape(bench):
     from gemmgen import verify
 
     config = config_of("v4_k4_g8", bench)
-    kernel = load(bench, config)
+    kernel = load_kernel(bench, config)
     for shape in (Shape(100, 200, 300), Shape(1000, 1100, 900), Shape(100, 200, 300)):
         ops = bench.operands(shape, "fp32")
         ops.fill(bench.rng)
-        c = run(bench, kernel, ops, 1.0, 0.5)
+        c = run_gemm(bench, kernel, ops, 1.0, 0.5)
         assert kernel._workspace_bytes >= config.geometry.workspace_bytes(shape.m, shape.n)
         a64, b64 = ops.host_a.astype(np.float64), ops.host_b.astype(np.float64)
         ref, scale = verify.host_reference(a64, b64, ops.host_c0, 1.0, 0.5)

@@ -1,15 +1,20 @@
 """The hopper family without a GPU: its constraints (sm_90 only, registers, tiles, shared memory)
 with their messages, the geometry and tensor-map boxes it derives, the PTX it emits for each
-precision, the TMA-store epilogue and its launcher, the sm_90a build, and -- where nvdisasm is
-installed -- that the SASS holds HGMMA, TMA loads and TMA stores."""
+precision, the TMA-store epilogue and its launcher, stream-K's schedule, workspace and launcher, the
+sm_90a build, and -- where nvdisasm is installed -- that the SASS holds HGMMA, TMA loads and TMA
+stores."""
 
 import subprocess
 
 import pytest
 
+from conftest import nvcc_compile
+
 from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidPoint, ToolNotFound
+from gemmgen.families.base import STREAM_K_FLAG_BYTES
+from gemmgen.points import point_spec, resolve_point
 from gemmgen.render import render_kernel
 
 DEFAULT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1}
@@ -129,6 +134,8 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"consumers": 1, "BN": 128, "schedule": "pingpong"}, "fp16", "consumers=1 must be 2"),
     ({"BN": 256, "schedule": "pingpong"}, "fp16", "= 2*128 = 256 registers"),
     ({"BN": 64, "BM": 128, "cluster": 2}, "bf16", "B boxes=1 must be a multiple of cluster=2"),
+    ({"BN": 128, "schedule": "pingpong", "streamk": 1}, "fp16", "schedule=pingpong's alternating tiles do not "
+                                                                "follow: use schedule=coop, or streamk=0"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -202,6 +209,8 @@ VARIANTS = [
     ("fp16", {**DEFAULT, "cluster": 2}),
     ("tf32", {"BM": 128, "BN": 128, "consumers": 1, "stages": 4, "swizzle": 1, "cluster": 2}),
     ("bf16", {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}),
+    ("bf16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1}),
+    ("tf32", {**DEFAULT, "cluster": 2, "streamk": 1}),
 ]
 
 
@@ -239,3 +248,56 @@ def test_sass_has_hgmma_and_tma_loads(precision, hgmma):
     stores = "UTMASTG.2D" in kernel and "UTMACMDFLUSH" in kernel and "FENCE.VIEW.ASYNC.S" in kernel
     assert stores == (precision == "fp16")
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
+
+
+def test_stream_k_point_name_geometry_and_workspace():
+    c = make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
+    assert c.name == "hopper_128x256_c2_s4_g8_x2_sk_bf16"
+    assert point_spec(c.name) == ("hopper", "bf16", {"BM": "128", "BN": "256", "consumers": "2", "stages": "4",
+                                                     "swizzle": "8", "cluster": "2", "schedule": "coop",
+                                                     "streamk": "1"})
+    assert resolve_point(c.name, "sm_90") == c
+    g = c.geometry
+    assert g.stream_k and g.launch_grid(4096, 4096, 132) == (132, 1, 1)
+    assert g.launch_grid(1 << 20, 1 << 20, 2000) == (1024, 1, 1)  # the flags' room: 1024 blocks
+    # 1024 blocks x 2 consumers of 4-byte flags, then a 128 x 256 fp32 partial tile per block
+    assert g.workspace_bytes(4096, 4096, 132) == STREAM_K_FLAG_BYTES + 132 * 128 * 256 * 4
+    assert STREAM_K_FLAG_BYTES == 1024 * 2 * 4
+    whole = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
+    assert not whole.stream_k and whole.workspace_bytes(4096, 4096, 132) == 0
+
+
+def test_stream_k_source_and_launcher():
+    source = render_kernel(make_config("hopper", {**DEFAULT, "streamk": 1}, "fp16", "sm_90"))
+    # the schedule: whole units, then a range taken from its end; stream-K only for a last wave at most 3/4 full
+    assert "const bool worth = 4 * sk_units <= 3 * workers && (long long)sk_units * k_tiles <= INT_MAX;" in source
+    assert "const int unit_start = (it_end - 1) / k_tiles * k_tiles, from = max(it, unit_start);" in source
+    # partial sums out with a release, in with an acquire, flags reset by the finishing block
+    assert "st.release.gpu.global.u32" in source and "ld.acquire.gpu.global.u32" in source
+    assert "sk_flags[block * 2 + consumer] = 0;" in source
+    assert "float4* const sk_slots = reinterpret_cast<float4*>(workspace + 2048);" in source
+    # the launcher: flags and slots in a zeroed buffer of its own, packed copies in another
+    assert "const size_t need = 8192 + (size_t)grid.x * 131072;" in source
+    assert "resident = 1024;  // the room of the stream-K flags" in source
+    assert "static void* packed_buffer = nullptr;" in source
+    whole = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert "sk_flags" not in whole and "unsigned int* const workspace = nullptr;" in whole
+
+
+def test_stream_k_fp16_point_spills_at_most_a_word_outside_the_k_loop():
+    """128x256 fp16 with stream-K: ptxas keeps one word of the schedule (sk_units) in local memory,
+    reloaded once per stream-K tile in the finishing block's loop over the partial sums; the k loop
+    and the epilogue stay spill-free (read with nvdisasm when it is installed)."""
+    config = make_config("hopper", {**DEFAULT, "streamk": 1}, "fp16", "sm_90")
+    result = build_kernel(config)
+    assert result.ok, result.log
+    usage = kernel_usage(config, result)
+    assert usage.spill_store_bytes <= 8 and usage.spill_load_bytes <= 8, usage
+    assert "C7508" not in result.log and "C7510" not in result.log
+
+
+def test_stream_k_harness_compiles(tmp_path):
+    config = make_config("hopper", {**DEFAULT, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
+    # as the file's build line says (-arch=sm_90a would add compute_90 PTX, which has no wgmma)
+    assert nvcc_compile(render_kernel(config, harness=True), tmp_path / "gemm", None,
+                        "-gencode=arch=compute_90a,code=sm_90a").is_file()

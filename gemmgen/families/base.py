@@ -70,6 +70,12 @@ class Tma:
         return self.box_c is not None and beta == 0.0 and n % 4 == 0 and c_ptr % 16 == 0
 
 
+# Stream-K kernels keep a 4-byte flag per block and consumer warpgroup (at most 2) at the start of
+# their workspace, for grids of at most STREAM_K_MAX_BLOCKS blocks (more SMs than any GPU has).
+STREAM_K_MAX_BLOCKS = 1024
+STREAM_K_FLAG_BYTES = STREAM_K_MAX_BLOCKS * 2 * 4
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Launch geometry of a kernel: threads per block, the C tile one block computes, and its
@@ -79,7 +85,10 @@ class Geometry:
     Every kernel takes a trailing ``unsigned int* workspace`` argument. A kernel with
     ``split_k`` > 1 needs ``workspace_bytes(m, n)`` there (common.cuh.j2's gg_splitk_reduce): one
     counter per C tile, which must be zero before the first launch (each launch leaves them zero),
-    then every split's partial tile. Other kernels get a null pointer.
+    then every split's partial tile. A persistent ``stream_k`` kernel needs
+    ``workspace_bytes(m, n, blocks)``: a flag per block and consumer warpgroup, zero before the
+    first launch (each launch leaves them zero), then a partial tile per block. Other kernels get
+    the packed operands there (``pack_vec``, non-TMA kernels) or a null pointer.
     """
 
     block: tuple[int, int, int]
@@ -91,6 +100,7 @@ class Geometry:
     persistent: bool = False  # grid = min(tiles, SMs) blocks along x, each looping over tiles
     cluster: int = 1  # blocks per cluster (along x; persistent kernels), working on adjacent tiles
     tma: Tma | None = None
+    stream_k: bool = False  # persistent: the last partial wave's tiles shared out by k (workspace below)
 
     @property
     def threads(self) -> int:
@@ -109,12 +119,18 @@ class Geometry:
             return self.grid(m, n)
         gx, gy, _ = self.grid(m, n)
         c = self.cluster  # a cluster takes c tile rows of one tile column at a time
-        return (min(-(-gy // c) * gx, resident // c) * c, 1, 1)
+        blocks = min(resident, STREAM_K_MAX_BLOCKS) if self.stream_k else resident  # its flags' room
+        return (min(-(-gy // c) * gx, blocks // c) * c, 1, 1)
 
-    def workspace_bytes(self, m: int, n: int) -> int:
-        """Bytes of workspace a launch at M x N needs; 0 without split-K. With it, per C tile: a
-        4-byte counter (the counters padded to 16 bytes together) and ``split_k`` fp32 partial
-        tiles of tile_m x tile_n."""
+    def workspace_bytes(self, m: int, n: int, blocks: int = 0) -> int:
+        """Bytes of workspace a launch at M x N needs (``blocks``: a persistent launch's grid, see
+        :meth:`launch_grid`); 0 without split-K or stream-K. With split-K, per C tile: a 4-byte
+        counter (the counters padded to 16 bytes together) and ``split_k`` fp32 partial tiles of
+        tile_m x tile_n. With stream-K: STREAM_K_FLAG_BYTES of flags (always the same room, so a
+        larger grid never finds anything but zeros there), then a tile_m x tile_n fp32 partial
+        tile per block."""
+        if self.stream_k:
+            return STREAM_K_FLAG_BYTES + blocks * self.tile_m * self.tile_n * 4
         if self.split_k == 1:
             return 0
         gx, gy, _ = self.grid(m, n)
@@ -156,7 +172,8 @@ class Family:
     family-specific constraint, with the values involved.
     ``name_format`` builds the canonical name's middle part from the parameters.
     ``name_options`` lists parameters that join the name only away from their neutral value:
-    (parameter, format, neutral value), appended in order after ``name_format``. Parameters added
+    (parameter, format, neutral value), appended in order after ``name_format``; a format without
+    a field is a flag, for a parameter of two values. Parameters added
     to a family later go here, so that the names of existing points do not change.
     """
 
@@ -177,8 +194,9 @@ class Family:
     name_options: tuple[tuple[str, str, Value], ...] = ()
 
     def __post_init__(self):
-        for param, _, neutral in self.name_options:
+        for param, fmt, neutral in self.name_options:
             assert self.defaults[param] == neutral, f"{self.name}: {param}'s default must be its neutral value"
+            assert "{" in fmt or len(self.param(param).choices) == 2, f"{self.name}: flag {fmt} needs a two-valued {param}"
 
     def runs_on(self, cc: int) -> bool:
         """Whether the family's code can target compute capability ``cc`` (min_cc..max_cc)."""

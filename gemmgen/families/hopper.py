@@ -41,13 +41,20 @@ passes a zero-filled map, never read, and each thread stores its accumulators st
 tf32's accumulators hold C^T; each thread stores them straight to C (each store instruction covers
 8 consecutive columns of 4 rows: full 32-byte sectors).
 
+With ``streamk`` = 1 (coop only), the tiles of the last, partial wave are shared out by k among
+all blocks (stream-K; where that wave is at most 3/4 full): each takes a near-equal range of their
+k tiles laid end to end, the part in its later tile first (so that all blocks read the same k
+tiles at once, from L2), and the block holding a tile's last k tiles adds the others' partial
+sums, left in the workspace (``Geometry.workspace_bytes``) with a flag each, in a fixed order, and
+stores C. The schedule is HpWork in the template; the kernel decides it at run time.
+
 Where the rows of A or B are not 16-byte aligned, the launch packs that operand into zero-padded
 aligned rows in the workspace first, as ``mma`` does; TMA's bounds checks zero-fill every tile
 edge of the loads and clip the stores at C's edges, and the direct stores stay inside C, so any
 M, N, K >= 1 is correct.
 """
 
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, divides
+from gemmgen.families.base import ELEMENT_TYPES, STREAM_K_FLAG_BYTES, STREAM_K_MAX_BLOCKS, Family, Geometry, Param, Tma, divides
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
@@ -82,7 +89,8 @@ def derive(p, precision):
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk), box_c=None if swap else C_BOX)),
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk), box_c=None if swap else C_BOX),
+                             stream_k=p["streamk"] == 1),
         "BK": bk,
         "ESIZE": esize,
         "SWAP_AB": swap,
@@ -96,6 +104,8 @@ def derive(p, precision):
         "C_BOX_BYTES": C_BOX_BYTES,
         "C_BUFFERS": C_BUFFERS,
         "B_LOADS": b_loads,
+        "SK_MAX_BLOCKS": STREAM_K_MAX_BLOCKS,
+        "SK_FLAG_WORDS": STREAM_K_FLAG_BYTES // 4,
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
         "TMA_TYPE": TMA_TYPE[precision],
@@ -109,6 +119,9 @@ def check(p, precision, d):
     v: list[str] = []
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
     if p["schedule"] == "pingpong":
+        if p["streamk"]:
+            v.append("streamk=1 shares tiles between blocks by k, which schedule=pingpong's alternating tiles do "
+                     "not follow: use schedule=coop, or streamk=0")
         if p["consumers"] != 2:
             v.append(f"schedule=pingpong alternates tiles between two consumer warpgroups: consumers={p['consumers']} "
                      "must be 2")
@@ -143,8 +156,12 @@ FAMILY = Family(
                                                  "alternate tiles, one storing while the other multiplies"),
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
                                  "B tile they have in common and multicasts it to both (1 = no cluster)"),
+        Param("streamk", (0, 1), "1: the tiles of the last, partial wave are shared out by k among all blocks "
+                                 "(stream-K), the block with a tile's first k tiles adding the others' partial "
+                                 "sums; 0: every block computes whole tiles"),
     ),
-    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1},
+    defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
+              "streamk": 0},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -152,5 +169,6 @@ FAMILY = Family(
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     arch_specific=True,
-    name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop")),
+    name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
+                  ("streamk", "_sk", 0)),
 )

@@ -1,0 +1,93 @@
+"""On the GPU (sm_90 only): hopper's stream-K points (streamk=1) against the float64 reference at
+shapes whose last wave is partial on the GPU, so that blocks share tiles by k: ranges that cross
+from one unit into the next, a single leftover unit split in two, one k tile per unit (nothing to
+split), misaligned operands (packed) and direct stores, and a last wave too full for stream-K
+(whole tiles only); one and two consumers, clusters of two,
+tf32's C^T design. Then: results bitwise identical run after run (the finishing block adds the partial sums
+in worker order) with every flag back at zero after each launch, and the same answer as the
+whole-tile kernel up to rounding. Last, the emitted --harness program, whose launcher owns the
+stream-K workspace, launched several times in one process per shape."""
+
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import assert_measured_ok, load_kernel, nvcc_compile, run_gemm
+
+from gemmgen import verify
+from gemmgen.config import make_config
+from gemmgen.families.base import STREAM_K_FLAG_BYTES
+from gemmgen.problem import Shape
+from gemmgen.render import render_kernel
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
+
+BASE = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "streamk": 1}
+POINTS = [
+    ("fp16", BASE),
+    ("bf16", {**BASE, "swizzle": 8, "cluster": 2}),
+    ("tf32", {**BASE, "cluster": 2}),
+    ("fp16", {**BASE, "BN": 128, "consumers": 1, "stages": 5}),
+    ("tf32", {**BASE, "BM": 64, "BN": 128, "consumers": 1}),
+]
+# On 132 SMs (H100, H200), for 128x256 tiles: 1900x3500 has 210 tiles, so 78 stream-K units over
+# 132 workers (ranges cross from unit to unit; with clusters of two, 46 over 66); 896x4864 has 133
+# (one leftover unit, split in two); 1900x3500x40 has one k tile per unit; 1900x3501x1499 packs B
+# (N odd) and stores C directly; 2048x4096x512 has 256 tiles, a last wave over 3/4 full, where
+# stream-K steps aside.
+SHAPES = [Shape(1900, 3500, 1500), Shape(896, 4864, 1000), Shape(1900, 3500, 40), Shape(1900, 3501, 1499),
+          Shape(2048, 4096, 512)]
+
+BENCH_SEED = 7  # the `bench` fixture (conftest.py) draws its inputs from this seed
+
+
+def stream_k_units(kernel, shape) -> int:
+    """The units (cluster-tall tiles) this launch shares out by k: units % workers, where the last
+    wave is at most 3/4 full (HpWork::whole_units in hopper.cu.j2), else none."""
+    g = kernel.config.geometry
+    workers = g.launch_grid(shape.m, shape.n, kernel._resident)[0] // g.cluster
+    gx, gy, _ = g.grid(shape.m, shape.n)
+    sk_units = -(-gy // g.cluster) * gx % workers
+    return sk_units if 4 * sk_units <= 3 * workers else 0
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("precision, params", POINTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(POINTS)])
+def test_stream_k_point_is_correct(bench, precision, params, shape):
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    assert_measured_ok(bench, config.name, config, shape)
+
+
+@pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[2]], ids=["fp16", "tf32-x2"])
+def test_stream_k_is_deterministic_and_leaves_its_flags_zero(bench, precision, params):
+    shape = SHAPES[0]
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    kernel = load_kernel(bench, config)
+    assert stream_k_units(kernel, shape) > 0, f"{shape} has no partial wave on this GPU: nothing is tested"
+    whole = load_kernel(bench, make_config("hopper", {**params, "streamk": 0}, precision, bench.gpu.info.arch))
+    ops = bench.operands(shape, precision)
+    ops.fill(np.random.default_rng(11))
+    for alpha, beta in verify.CHECKS:
+        results = []
+        for _ in range(4):
+            results.append(run_gemm(bench, kernel, ops, alpha, beta))
+            flags = np.empty(STREAM_K_FLAG_BYTES // 4, dtype=np.uint32)
+            bench.gpu.drv.memcpy_dtoh(flags, kernel.workspace(shape.m, shape.n))
+            assert not flags.any(), f"stream-K flags not back at zero after the launch: {np.flatnonzero(flags)}"
+        for other in results[1:]:
+            assert np.array_equal(results[0].view(np.uint32), other.view(np.uint32)), "results differ between runs"
+        # Only the stream-K tiles add in another order than the whole-tile kernel's: rounding apart.
+        reference = run_gemm(bench, whole, ops, alpha, beta)
+        scale = np.abs(reference).max()
+        assert np.abs(results[0] - reference).max() <= 1e-5 * scale * np.sqrt(shape.k)
+
+
+@pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[1]], ids=["fp16", "bf16-x2"])
+def test_stream_k_harness_matches_reference(tmp_path, bench, precision, params):
+    source = render_kernel(make_config("hopper", params, precision, bench.gpu.info.arch), harness=True)
+    exe = nvcc_compile(source, tmp_path / "gemm", None, "-gencode=arch=compute_90a,code=sm_90a")
+    for shape in SHAPES[:2]:
+        proc = subprocess.run([str(exe), str(shape.m), str(shape.n), str(shape.k), "3"], capture_output=True,
+                              text=True, timeout=300, check=False)
+        report = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and report.count("PASS") == 3, f"{shape}:\n{report}"
