@@ -1,6 +1,7 @@
 """On the GPU (sm_90 only): hopper points of each precision -- one and two consumer warpgroups,
 one and two m64 rows per consumer, 2..6 stages, N-major and (tf32) K-major B, grouped tile order,
-clusters of two blocks sharing B by multicast, ping-pong consumers -- match the float64 reference at odd shapes (TMA zero-fills every tile edge; where K or N break
+clusters of two blocks sharing B by multicast, ping-pong consumers, the right half of a tile held
+in registers and stored during the next tile (overlap=1) -- match the float64 reference at odd shapes (TMA zero-fills every tile edge; where K or N break
 16-byte rows the pack kernel runs first) and aligned ones, and in a persistent grid with more
 tiles than SMs.
 
@@ -9,8 +10,9 @@ goes through TMA stores only with beta = 0 and N % 4 == 0 (clipped at C's edges 
 not a multiple of the tile, or N is narrower than a 32-column box); beta != 0, N odd or N % 4 == 2,
 and a C whose base is not 16-byte aligned take the direct stores."""
 
+import numpy as np
 import pytest
-from conftest import assert_measured_ok
+from conftest import assert_measured_ok, load_kernel, run_gemm
 
 from gemmgen.config import make_config
 from gemmgen.problem import Shape
@@ -32,6 +34,9 @@ POINTS = [
     ("bf16", {"BM": 64, "BN": 256, "consumers": 2, "stages": 4, "schedule": "pingpong", "swizzle": 8}),
     ("tf32", {"BM": 128, "BN": 128, "consumers": 2, "stages": 5, "schedule": "pingpong", "cluster": 2}),
     ("tf32", {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2}),
+    ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1}),
+    ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "cluster": 2, "overlap": 1}),
+    ("fp16", {"BM": 64, "BN": 128, "consumers": 1, "stages": 5, "swizzle": 4, "overlap": 1}),
 ]
 # With beta = 0: TMA stores at 300x200 (N cuts a box, and leaves boxes wholly outside C), 5x12 (C
 # narrower and shorter than one box), 1000^3, 16x4096 and 2048^3; direct stores at N = 1, 33,
@@ -78,3 +83,20 @@ def test_misaligned_c_takes_the_direct_stores(bench, precision, params, offset):
         bench.gpu.synchronize()
         buffer.free()
     assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("shape", [Shape(2048, 2048, 64), Shape(1000, 1000, 1000), Shape(4096, 4096, 256),
+                                   Shape(300, 2000, 130), Shape(17024, 512, 128)], ids=str)
+@pytest.mark.parametrize("precision, params", [POINTS[14], POINTS[15]], ids=["fp16", "bf16-x2"])
+def test_overlap_gives_the_same_bits_as_the_plain_epilogue(bench, precision, params, shape):
+    """overlap=1 moves where and when the right half of C is stored, not what: the same bits as
+    overlap=0, with alpha != 1 (applied before the half is held). The shapes give items of one k
+    tile (all held boxes go out after the k loop), of two and three (some after), several tiles per
+    block, and a last partial wave."""
+    plain = load_kernel(bench, make_config("hopper", {**params, "overlap": 0}, precision, bench.gpu.info.arch))
+    held = load_kernel(bench, make_config("hopper", params, precision, bench.gpu.info.arch))
+    ops = bench.operands(shape, precision)
+    ops.fill(np.random.default_rng(13))
+    expected = run_gemm(bench, plain, ops, -0.75, 0.0)
+    got = run_gemm(bench, held, ops, -0.75, 0.0)
+    assert np.isfinite(got).all() and np.array_equal(got, expected)

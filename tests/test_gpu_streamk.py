@@ -3,7 +3,7 @@ shapes whose last wave is partial on the GPU, so that blocks share tiles by k: r
 from one unit into the next, a single leftover unit split in two, one k tile per unit (nothing to
 split), misaligned operands (packed) and direct stores, and a last wave too full for stream-K
 (whole tiles only); one and two consumers, clusters of two,
-tf32's C^T design. Then: results bitwise identical run after run (the finishing block adds the partial sums
+tf32's C^T design, the held right half of overlap=1. Then: results bitwise identical run after run (the finishing block adds the partial sums
 in worker order) with every flag back at zero after each launch, and the same answer as the
 whole-tile kernel up to rounding. Last, the emitted --harness program, whose launcher owns the
 stream-K workspace, launched several times in one process per shape."""
@@ -29,6 +29,7 @@ POINTS = [
     ("tf32", {**BASE, "cluster": 2}),
     ("fp16", {**BASE, "BN": 128, "consumers": 1, "stages": 5}),
     ("tf32", {**BASE, "BM": 64, "BN": 128, "consumers": 1}),
+    ("bf16", {**BASE, "swizzle": 8, "cluster": 2, "overlap": 1}),
 ]
 # On 132 SMs (H100, H200), for 128x256 tiles: 1900x3500 has 210 tiles, so 78 stream-K units over
 # 132 workers (ranges cross from unit to unit; with clusters of two, 46 over 66); 896x4864 has 133

@@ -41,7 +41,7 @@ def test_named_points_where_nothing_is_stored(db):
     first = {prec: (label, config.name) for shape, prec, label, config in jobs if shape == SUITE_SHAPES[0]}
     assert first["fp32"] == ("v4", resolve_point("v4").name)
     assert first["tf32"] == ("hopper_tf32", resolve_point("hopper_tf32").name)
-    assert first["fp16"] == ("hopper_fp16", "hopper_128x256_c2_s4_g8_fp16")
+    assert first["fp16"] == ("hopper_fp16", "hopper_128x256_c2_s4_g8_ov_fp16")
     assert first["bf16"] == ("hopper_bf16", resolve_point("hopper_bf16").name)
     sm89 = parse_arch("sm_89")
     ada = {prec: (label, config.name) for shape, prec, label, config in suite_jobs(db, sm89)

@@ -21,7 +21,7 @@ memory, and a stage is refilled once the consumers of both blocks are done with 
 Shared memory, per stage: A as BM rows of 128 bytes (one 128-byte-swizzled TMA box of BK
 elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-byte swizzled (the
 layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free. After
-the stages, fp16/bf16 have two 8 KB C staging buffers per consumer warpgroup (below), then the
+the stages, fp16/bf16 have two 2 KB C staging buffers per consumer warp (below), then the
 barriers.
 fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma reads shared-memory operands
 K-major only, and B lies N-major, so tf32 computes C^T = B^T A^T instead: wgmma's A operand is a
@@ -31,15 +31,22 @@ lies. For tf32 the consumers therefore split the tile's columns (BN / consumers 
 consumer covers all BM rows (wgmma m64nBMk8).
 
 The fp16/bf16 epilogue stores C through TMA where it can: with beta == 0 (C is not read), N % 4 == 0 and C
-16-byte aligned (TMA needs 16-byte row strides and bases). Each consumer warpgroup then writes its
-part of the tile box by box -- 64 rows x 32 fp32 columns, alpha * its accumulators, into one of
-its two 128-byte-swizzled staging buffers -- and one of its threads stores each box to C with a
-bulk tensor store (a third tensor map, over C), once the store before it is done reading the
-other buffer. The warpgroup goes on to its next tile while its last stores drain. The kernel
+16-byte aligned (TMA needs 16-byte row strides and bases). Each consumer warp then writes its 16
+rows of the tile box by box -- 16 rows x 32 fp32 columns, alpha * its accumulators, into one of
+its two 128-byte-swizzled staging buffers -- and its lane 0 stores each box to C with a bulk
+tensor store (a third tensor map, over C), once the store two boxes before is done reading that
+buffer. Only the warp synchronizes, never the warpgroup. The warp goes on to its next tile while
+its last stores drain. The kernel
 tests the condition itself; where it fails (beta != 0, or C's rows or base misaligned), the host
 passes a zero-filled map, never read, and each thread stores its accumulators straight to C.
 tf32's accumulators hold C^T; each thread stores them straight to C (each store instruction covers
 8 consecutive columns of 4 rows: full 32-byte sectors).
+
+With ``overlap`` = 1 (coop, fp16/bf16, one m64 row block per consumer, BN a multiple of 128) a
+consumer stores only the left half of a tile's C at once: the right half's accumulators move,
+times alpha, to registers of their own (``held``) and go out one box per k tile during the next
+item's first k tiles, after its wgmmas are issued, so the tensor cores multiply meanwhile; what an
+item of fewer k tiles leaves is stored after its k loop, and the last tile's half at the end.
 
 With ``streamk`` = 1 (coop only), the tiles of the last, partial wave are shared out by k among
 all blocks (stream-K; where that wave is at most 3/4 full): each takes a near-equal range of their
@@ -60,9 +67,9 @@ SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of 
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
-# The TMA-store epilogue stages C in boxes of 64 rows x 32 fp32 columns (one 128-byte swizzled row
-# per tile row), C_BUFFERS of them per consumer warpgroup: one fills while the other drains.
-C_BOX = (SWIZZLE_BYTES // 4, 64)
+# The TMA-store epilogue stages C in boxes of 16 rows x 32 fp32 columns (one 128-byte swizzled row
+# per tile row), C_BUFFERS of them per consumer warp: one fills while the other drains.
+C_BOX = (SWIZZLE_BYTES // 4, 16)
 C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
 C_BUFFERS = 2
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
@@ -81,7 +88,7 @@ def derive(p, precision):
     wgmma_n = p["BM"] if swap else p["BN"]
     mi = (cols if swap else rows) // 64
     a_bytes, b_bytes = p["BM"] * bk * esize, bk * p["BN"] * esize
-    c_bytes = 0 if swap else p["consumers"] * C_BUFFERS * C_BOX_BYTES  # tf32 stores C^T fragments directly
+    c_bytes = 0 if swap else p["consumers"] * 4 * C_BUFFERS * C_BOX_BYTES  # tf32 stores C^T fragments directly
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
@@ -132,6 +139,17 @@ def check(p, precision, d):
     divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
             d["B_LOADS"], "cluster", p["cluster"])
+    if p["overlap"]:
+        if d["SWAP_AB"]:
+            v.append("overlap=1 staggers the TMA-store epilogue, and tf32 stores C^T from its registers "
+                     "directly: use overlap=0 for tf32")
+        if p["schedule"] == "pingpong":
+            v.append("overlap=1 is for schedule=coop; schedule=pingpong overlaps whole tiles already: use "
+                     "overlap=0")
+        elif d["MI"] != 1:
+            v.append(f"overlap=1 splits one m64 wgmma tile per consumer by columns: BM/consumers = {d['ROWS']} "
+                     "must be 64")
+        divides(v, "overlap=1 splits B's column chunks in halves", "BN", p["BN"], "128", 128)
     if d["ACC"] > MAX_ACC_REGS:
         n = "BM" if d["SWAP_AB"] else "BN"
         v.append(f"accumulators need ({split}/{'1' if p['schedule'] == 'pingpong' else 'consumers'}/64)*({n}/2) = "
@@ -157,11 +175,14 @@ FAMILY = Family(
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
                                  "B tile they have in common and multicasts it to both (1 = no cluster)"),
         Param("streamk", (0, 1), "1: the tiles of the last, partial wave are shared out by k among all blocks "
-                                 "(stream-K), the block with a tile's first k tiles adding the others' partial "
+                                 "(stream-K), the block with a tile's last k tiles adding the others' partial "
                                  "sums; 0: every block computes whole tiles"),
+        Param("overlap", (0, 1), "1: each consumer stores the right half of a tile's C while the left half of "
+                                 "its next tile multiplies (two wgmmas of BN/2 columns per k step); 0: the "
+                                 "tensor cores wait for the whole store"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
-              "streamk": 0},
+              "streamk": 0, "overlap": 0},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -170,5 +191,5 @@ FAMILY = Family(
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
-                  ("streamk", "_sk", 0)),
+                  ("streamk", "_sk", 0), ("overlap", "_ov", 0)),
 )
