@@ -139,9 +139,10 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"overlap": 1}, "tf32", "tf32 stores C^T from its registers directly: use overlap=0 for tf32"),
     ({"BN": 128, "stages": 6, "schedule": "pingpong", "overlap": 1}, "fp16", "schedule=pingpong overlaps whole "
                                                                             "tiles already: use overlap=0"),
-    ({"BN": 128, "consumers": 1, "overlap": 1}, "bf16", "BM/consumers = 128 must be 64"),
-    ({"BN": 192, "stages": 3, "overlap": 1}, "fp16", "overlap=1 splits B's column chunks in halves: BN=192 must "
-                                                     "be a multiple of 128"),
+    ({"BN": 128, "consumers": 1, "overlap": 1}, "bf16", "overlap=1 holds half of one m64 block of accumulators "
+                                                        "per consumer: BM/consumers = 128 must be 64"),
+    ({"BN": 192, "stages": 3, "overlap": 1}, "fp16", "overlap=1 is tested only with tile halves of whole 64-column "
+                                                     "chunks: BN=192 must be a multiple of 128"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:

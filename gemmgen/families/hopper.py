@@ -147,9 +147,9 @@ def check(p, precision, d):
             v.append("overlap=1 is for schedule=coop; schedule=pingpong overlaps whole tiles already: use "
                      "overlap=0")
         elif d["MI"] != 1:
-            v.append(f"overlap=1 splits one m64 wgmma tile per consumer by columns: BM/consumers = {d['ROWS']} "
-                     "must be 64")
-        divides(v, "overlap=1 splits B's column chunks in halves", "BN", p["BN"], "128", 128)
+            v.append(f"overlap=1 holds half of one m64 block of accumulators per consumer: BM/consumers = "
+                     f"{d['ROWS']} must be 64")
+        divides(v, "overlap=1 is tested only with tile halves of whole 64-column chunks", "BN", p["BN"], "128", 128)
     if d["ACC"] > MAX_ACC_REGS:
         n = "BM" if d["SWAP_AB"] else "BN"
         v.append(f"accumulators need ({split}/{'1' if p['schedule'] == 'pingpong' else 'consumers'}/64)*({n}/2) = "
@@ -177,8 +177,8 @@ FAMILY = Family(
         Param("streamk", (0, 1), "1: the tiles of the last, partial wave are shared out by k among all blocks "
                                  "(stream-K), the block with a tile's last k tiles adding the others' partial "
                                  "sums; 0: every block computes whole tiles"),
-        Param("overlap", (0, 1), "1: each consumer stores the right half of a tile's C while the left half of "
-                                 "its next tile multiplies (two wgmmas of BN/2 columns per k step); 0: the "
+        Param("overlap", (0, 1), "1: each consumer stores the left half of a tile's C at once and holds the "
+                                 "right half in registers, stored while its next tile multiplies; 0: the "
                                  "tensor cores wait for the whole store"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
