@@ -48,6 +48,25 @@ _SMEM_LIMITS = {
 }
 
 KNOWN_ARCHS = tuple(f"sm_{cc}" for cc in _SMEM_LIMITS)
+# The CUDA releases whose nvcc builds for each compute capability: (first, last), None: still does.
+NVCC_RELEASES = {
+    70: ("9.0", "12.9"),
+    75: ("10.0", None),
+    80: ("11.0", None),
+    86: ("11.1", None),
+    87: ("11.4", None),
+    89: ("11.8", None),
+    90: ("11.8", None),
+    100: ("12.8", None),
+    120: ("12.8", None),
+}
+ARCH_SPECIFIC_FROM = 90  # architecture-specific ("a") targets exist from sm_90a on
+
+
+def nvcc_needed(cc: int) -> str:
+    """Which CUDA releases build for ``cc``, in words (for messages)."""
+    first, last = NVCC_RELEASES[cc]
+    return f"CUDA {first} to {last}" if last else f"CUDA {first} or newer"
 
 
 def parse_arch(text: str | int) -> Arch:
@@ -60,6 +79,9 @@ def parse_arch(text: str | int) -> Arch:
     if m:
         cc = int(m.group(1) + m.group(2))
         if cc in _SMEM_LIMITS:
+            if m.group(3) and cc < ARCH_SPECIFIC_FROM:
+                raise InvalidParameter(f"{text!r}: architecture-specific ('a') targets exist from "
+                                       f"sm_{ARCH_SPECIFIC_FROM}a on; use sm_{cc}")
             return Arch(cc, _SMEM_LIMITS[cc], m.group(3))
     raise InvalidParameter(
         f"unknown GPU architecture {text!r}; allowed: {', '.join(KNOWN_ARCHS)} (e.g. --gpu sm_90)"

@@ -18,7 +18,11 @@ from gemmgen.render import render_kernel
 
 def _target(text: str | None) -> Arch:
     if text:
-        return parse_arch(text)
+        from gemmgen.build import check_target
+
+        arch = parse_arch(text)
+        check_target(arch)
+        return arch
     found = detect_arch()
     if found is None:
         print(f"gemmgen: no GPU detected; targeting {DEFAULT_ARCH} (choose with --gpu)", file=sys.stderr)
@@ -70,7 +74,7 @@ def _stored_best(args: argparse.Namespace):
     shape = parse_shape(args.shape)
     arch = parse_arch(args.gpu).name if args.gpu else None
     url = resolve_url(args.db)
-    row = ResultsDB(url).best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k),
+    row = ResultsDB(url, create=False).best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k),
                               arch=arch)
     where = f" for {arch}" if arch else ""
     return row, (f"no verified {args.family} {args.precision} kernel at {shape}{where} in {url}; "
@@ -182,7 +186,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     usage = kernel_usage(config, result)
     g = config.geometry
     print(f"{config.name} for {config.arch.name}: {'cached' if result.cached else f'{result.seconds:.2f} s'}, "
-          f"cubin {result.cubin}")
+          f"library {result.library}, cubin {result.cubin}")
     print(f"  threads {g.threads}, dynamic shared memory {g.smem_bytes} bytes")
     if usage:
         print(f"  registers {usage.registers}, stack {usage.stack_bytes} bytes, spill stores "
@@ -269,7 +273,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 
     shape = parse_shape(args.shape) if args.shape else None
     arch = parse_arch(args.gpu).name if args.gpu else None
-    db = ResultsDB(resolve_url(args.db))
+    db = ResultsDB(resolve_url(args.db), create=False)
     rows = db.results(family=args.family, precision=args.precision, arch=arch, device=args.device,
                       shape=(shape.m, shape.n, shape.k) if shape else None, status=args.status, sort=args.sort,
                       descending=not args.ascending, limit=args.limit)
@@ -280,8 +284,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_best(args: argparse.Namespace) -> int:
     row, why_none = _stored_best(args)
     if row is None:
-        print(f"gemmgen: {why_none}", file=sys.stderr)
-        return 1
+        raise GemmgenError(why_none)
     print(f"{row.kernel}  {row.tflops:.2f} TFLOP/s  on {row.device} ({row.arch})")
     print("  " + ", ".join(f"{k}={v}" for k, v in row.params.items()))
     print(f"  emit: gemmgen emit {row.kernel} --gpu {row.arch}")
@@ -319,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_argument(p)
     p.set_defaults(func=cmd_emit)
 
-    p = sub.add_parser("build", help="compile a point to a cubin and print the compiler's resource report")
+    p = sub.add_parser("build", help="compile a point (shared library and cubin) and print the compiler's resource "
+                       "report")
     _add_point_arguments(p)
     p.add_argument("--no-cache", action="store_true", help="compile even if a cached cubin exists")
     p.set_defaults(func=cmd_build)

@@ -90,12 +90,17 @@ def make_config(family: str | Family, params: Mapping[str, object] | None = None
 
 
 def parse_assignments(text: str) -> dict[str, str]:
-    """Parse ``BM=128,BN=64`` into {"BM": "128", "BN": "64"}; raises InvalidParameter if malformed."""
+    """Parse ``BM=128,BN=64`` into {"BM": "128", "BN": "64"}; raises InvalidParameter if malformed
+    or if a parameter is given twice (names are case-insensitive, as in make_config)."""
     out: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip():
             raise InvalidParameter(f"cannot read {item!r} in --set; write NAME=VALUE pairs separated by commas, "
                                    "e.g. --set BM=128,BN=64")
+        twice = next((given for given in out if given.lower() == name.strip().lower()), None)
+        if twice is not None:
+            raise InvalidParameter(f"--set gives {twice} twice ({twice}={out[twice]} and {name.strip()}={value.strip()}); "
+                                   "give each parameter once")
         out[name.strip()] = value.strip()
     return out

@@ -44,12 +44,11 @@ def resolve_url(value: str | None) -> str:
     """The database URL: ``value`` (from --db), else $GEMMGEN_DB, else DEFAULT_URL.
 
     A value without ``://`` is a file path and becomes ``sqlite:///<path>`` (``~`` is expanded).
-    For a SQLite file URL the parent folder is created if missing (ResultsDBError if it cannot be).
+    Nothing is created: ResultsDB does that, where it is asked to.
     """
     url = value or os.environ.get(ENV_VAR) or DEFAULT_URL
     if "://" not in url:
         url = "sqlite:///" + os.path.expanduser(url)
-    _make_sqlite_parent(url)
     return url
 
 
@@ -267,34 +266,45 @@ def _plain(value):
 # ---- the database -------------------------------------------------------------------------------
 
 class ResultsDB:
-    """A connection to a results database; creates the tables that are missing.
+    """A connection to a results database. With ``create`` (to record), a SQLite file, its folder
+    and the missing tables are created; without (to read), nothing is: a SQLite file that does
+    not exist, or a database without gemmgen's tables, is an error.
 
     Raises ResultsDBError (one line: the URL with its password hidden, and the cause) when the
-    URL is malformed, its driver is not installed or the database cannot be reached.
+    URL is malformed, its driver is not installed, the database cannot be reached, or (without
+    ``create``) holds no results.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, create: bool = True):
         self.url = url
         shown = hide_password(url)
         try:
             secret = make_url(url).password
         except (ArgumentError, ValueError):
             secret = None
-        _make_sqlite_parent(url)
+        if create:
+            _make_sqlite_parent(url)
+        elif (path := _sqlite_file(url)) is not None and not path.is_file():
+            raise ResultsDBError(f"no results database at {path}: nothing has been measured there (gemmgen bench "
+                                 "and gemmgen tune write one); give another with --db or $GEMMGEN_DB")
         engine = None
         try:
             sqlite = make_url(url).get_backend_name() == "sqlite"
             engine = create_engine(url, connect_args={"timeout": SQLITE_LOCK_TIMEOUT_S} if sqlite else {})
             if sqlite:
                 event.listen(engine, "connect", _sqlite_foreign_keys)
-            with engine.connect():  # fails fast, and alone, where the server cannot be reached
-                pass
-            _create_tables(engine)
+            with engine.connect() as connection:  # fails fast, and alone, where the server cannot be reached
+                missing = [t for t in Base.metadata.tables if not engine.dialect.has_table(connection, t)]
+            if create:
+                _create_tables(engine)
         except (SQLAlchemyError, ImportError, ValueError) as err:
             if engine is not None:
                 engine.dispose()
             raise ResultsDBError(f"cannot open results database {shown}: "
                                  f"{_one_line(_cause(err), secret)}") from err
+        if missing and not create:
+            engine.dispose()
+            raise ResultsDBError(f"{shown} is not a gemmgen results database (it has no table {', '.join(missing)})")
         self._engine: Engine = engine
 
     def close(self) -> None:

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from gemmgen.errors import InvalidParameter
 
+MAX_DIM = 2**31 - 1  # M, N and K are C ints in every launcher (and in cuBLAS)
+
 
 @dataclass(frozen=True, order=True)
 class Shape:
@@ -33,4 +35,7 @@ def parse_shape(text: str) -> Shape:
                                "for a cube (e.g. 4096)")
     if min(dims) < 1:
         raise InvalidParameter(f"shape {text!r}: M, N and K must be >= 1")
+    if max(dims) > MAX_DIM:
+        raise InvalidParameter(f"shape {text!r}: M, N and K must be <= {MAX_DIM} (2^31 - 1): kernels and cuBLAS take "
+                               "them as 32-bit integers")
     return Shape(*dims)

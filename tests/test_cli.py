@@ -48,6 +48,11 @@ def test_emit_harness(capsys):
     (["emit", "v4", "--gpu", "sm_91"], ["unknown GPU architecture 'sm_91'", "sm_90"]),
     (["emit", "v4", "--precision", "fp16", "--gpu", "sm_90"], ["does not take precision 'fp16'"]),
     (["emit", "v5", "--gpu", "sm_75"], ["tf32 needs sm_80 or newer; target is sm_75"]),
+    (["emit", "v4", "--set", "BM=128,BM=64", "--gpu", "sm_90"], ["--set gives BM twice (BM=128 and BM=64)"]),
+    (["emit", "v4", "--set", "BK=8,bk=16", "--gpu", "sm_90"], ["--set gives BK twice"]),
+    (["emit", "v4", "--gpu", "sm_89a"], ["architecture-specific ('a') targets exist from sm_90a on; use sm_89"]),
+    (["bench", "v4", "--shape", "2147483648x16x16"], ["must be <= 2147483647 (2^31 - 1)", "32-bit"]),
+    (["best", "--family", "warp", "--precision", "fp32", "--shape", "4096x4096x2147483648"], ["2^31 - 1"]),
 ])
 def test_user_errors_exit_2_with_one_message(capsys, argv, words):
     assert main(argv) == 2
@@ -58,6 +63,41 @@ def test_user_errors_exit_2_with_one_message(capsys, argv, words):
     assert "Traceback" not in err
     for word in words:
         assert word in err
+
+
+@pytest.mark.nvcc
+def test_a_target_the_installed_nvcc_cannot_build_is_refused(capsys):
+    """nvcc 13 builds sm_75 and newer: sm_70 is refused with the CUDA releases that build it."""
+    from gemmgen.build import nvcc_targets
+
+    if 70 in nvcc_targets(find_tool("nvcc")):
+        pytest.skip("this nvcc still builds sm_70")
+    assert main(["emit", "v4", "--gpu", "sm_70"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("gemmgen: error:") == 1
+    assert "cannot build for sm_70; sm_70 needs CUDA 9.0 to 12.9; this nvcc builds sm_75" in err
+
+
+@pytest.mark.parametrize("argv", [["results"], ["best", "--family", "warp", "--precision", "fp32", "--shape", "64"],
+                                  ["emit", "best", "--family", "warp", "--precision", "fp32", "--shape", "64"]])
+def test_reading_a_database_that_does_not_exist_creates_nothing(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GEMMGEN_DB", raising=False)
+    assert main(argv) == 2  # the default, results/gemmgen.db, is not there
+    assert main([*argv, "--db", str(tmp_path / "elsewhere" / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("gemmgen: error: no results database at ") == 2 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_best_with_nothing_stored_exits_2_and_says_so(capsys, tmp_path):
+    from gemmgen.db import ResultsDB
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    ResultsDB(url).close()  # a database with its tables and no rows
+    assert main(["best", "--family", "warp", "--precision", "fp32", "--shape", "64", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gemmgen: error: no verified warp fp32 kernel at 64x64x64") and err.count("\n") == 1
 
 
 def test_invalid_point_lists_every_violation_on_stderr(capsys):
@@ -196,3 +236,14 @@ def test_output_to_an_unwritable_path_is_one_message(capsys, tmp_path):
     code = main(["emit", "v4", "--gpu", "sm_90", "-o", str(tmp_path / "missing" / "x.cu")])
     err = capsys.readouterr().err
     assert code == 2 and "gemmgen: error: cannot write" in err and "Traceback" not in err
+
+
+def test_the_readme_names_each_named_point_by_its_canonical_name():
+    """The README's named-point table is written by hand: it must say what `gemmgen list` says."""
+    import re
+
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \|", (REPO / "README.md").read_text(), re.MULTILINE)
+    table = dict(rows)
+    assert set(table) == set(NAMED_POINTS)
+    for point, name in table.items():
+        assert name == resolve_point(point).name, point

@@ -6,6 +6,7 @@ the database tests against that server too; its gemmgen tables are dropped after
 """
 
 import os
+import sqlite3
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -357,7 +358,7 @@ def test_resolve_url_precedence(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GEMMGEN_DB", raising=False)
     assert resolve_url(None) == DEFAULT_URL == "sqlite:///results/gemmgen.db"
-    assert (tmp_path / "results").is_dir()  # the default's folder is created
+    assert not (tmp_path / "results").exists()  # resolving creates nothing
     monkeypatch.setenv("GEMMGEN_DB", "postgresql://u@dbhost/gemm")
     assert resolve_url(None) == "postgresql://u@dbhost/gemm"
     assert resolve_url("sqlite:///other.db") == "sqlite:///other.db"  # --db wins over the environment
@@ -370,14 +371,28 @@ def test_resolve_url_turns_a_path_into_a_sqlite_url(monkeypatch, tmp_path):
     monkeypatch.delenv("GEMMGEN_DB", raising=False)
     target = tmp_path / "new" / "deeper" / "r.db"
     assert resolve_url(str(target)) == f"sqlite:///{target}"
-    assert target.parent.is_dir() and not target.exists()
+    assert not target.parent.exists()
     assert resolve_url("runs/h100.db") == "sqlite:///runs/h100.db"
-    assert (tmp_path / "runs").is_dir()
     monkeypatch.setenv("GEMMGEN_DB", "env/e.db")
     assert resolve_url(None) == "sqlite:///env/e.db"
-    with ResultsDB(resolve_url(str(target))) as db:
+    with ResultsDB(resolve_url(str(target))) as db:  # to record: the folders and the file are made
         db.problem(1, 1, 1, 1.0, 0.0)
     assert target.is_file()
+
+
+def test_reading_creates_nothing(tmp_path):
+    missing = tmp_path / "no" / "such.db"
+    with pytest.raises(GemmgenError, match=rf"no results database at {missing}: nothing has been measured there"):
+        ResultsDB(f"sqlite:///{missing}", create=False)
+    assert not (tmp_path / "no").exists()
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()  # a SQLite file without gemmgen's tables
+    with pytest.raises(GemmgenError, match=r"is not a gemmgen results database \(it has no table devices"):
+        ResultsDB(f"sqlite:///{empty}", create=False)
+    with ResultsDB(f"sqlite:///{empty}") as db:
+        db.problem(1, 1, 1, 1.0, 0.0)
+    with ResultsDB(f"sqlite:///{empty}", create=False) as db:
+        assert db.results() == []
 
 
 @pytest.mark.parametrize("bad", [
