@@ -44,10 +44,21 @@ def test_wrong_kernel_is_recorded_as_wrong(bench):
     assert not verdict.ok and verdict.bad > 0 and "wrong result" in verdict.message
 
 
-def test_stored_rows(bench):
-    rows = bench.db.results(tag="test", status="ok")
-    assert {r.kernel for r in rows} >= {NAMED_POINTS[p].config().name for p in POINTS}
-    assert all(r.tflops > 0 for r in rows)
+def test_each_measurement_is_stored_as_measured(bench):
+    """Measures two points under a tag of its own, then reads back exactly their rows."""
+    shape, previous = Shape(64, 96, 80), bench.tag
+    bench.tag = "stored-rows"
+    try:
+        measured = {m.kernel: m for m in (bench.measure_point(p, NAMED_POINTS[p].config(bench.gpu.info.arch), shape)
+                                          for p in ("v1", "v4"))}
+    finally:
+        bench.tag = previous
+    rows = bench.db.results(tag="stored-rows")
+    assert sorted(r.kernel for r in rows) == sorted(measured)
+    for row in rows:
+        m = measured[row.kernel]
+        assert row.status == m.status == "ok" and (row.M, row.N, row.K) == (64, 96, 80)
+        assert row.median_ms == pytest.approx(m.timing.median_ms) and row.tflops == pytest.approx(m.tflops) > 0
 
 
 def test_interleaved_timing_gives_the_point_its_own_cublas(bench):
