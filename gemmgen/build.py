@@ -1,7 +1,8 @@
-"""nvcc -> cubin on the CPU, with the compiler's resource report and an on-disk cache.
+"""nvcc on the CPU: an emitted file -> a shared library (its launcher, which the runtime calls)
+and the kernel's cubin (for SASS), with the compiler's resource report and an on-disk cache.
 
 The cache key is the SHA-256 of the source, the target, the flags and the nvcc version, so a
-cached cubin is only reused for exactly the same compile. Entries are written atomically
+cached build is only reused for exactly the same compile. Entries are written atomically
 (temporary file, then rename), so worker processes can share one cache folder.
 A compile error is a result (``BuildResult.ok`` is False, ``log`` says why), not an exception.
 """
@@ -18,12 +19,16 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from gemmgen.arch import Arch
+from gemmgen.arch import Arch, nvcc_needed
 from gemmgen.config import KernelConfig
-from gemmgen.errors import ToolNotFound
+from gemmgen.errors import InvalidParameter, ToolNotFound
 from gemmgen.render import render_kernel
 
 DEFAULT_FLAGS = ("-O3",)
+# How the runtime builds an emitted file: a shared library whose launcher keeps its messages to
+# itself (the runtime reads them through <launcher>_error), with the intermediate files kept for
+# the cubin.
+LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared", "-DGEMMGEN_QUIET")
 DEFAULT_TIMEOUT_S = 300
 
 
@@ -44,9 +49,13 @@ class ResourceUsage:
 
 @dataclass
 class BuildResult:
+    """One compile: ``library`` is the shared library with the launcher (runtime.LoadedKernel loads
+    it), ``cubin`` the device code alone (for nvdisasm); both None where ``ok`` is False."""
+
     ok: bool
     key: str
     log: str
+    library: Path | None = None
     cubin: Path | None = None
     usage: dict[str, ResourceUsage] = field(default_factory=dict)
     cached: bool = False
@@ -81,6 +90,30 @@ def find_tool(name: str) -> str:
 def nvcc_version(nvcc: str) -> str:
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+@lru_cache(maxsize=None)
+def nvcc_targets(nvcc: str) -> frozenset[int]:
+    """The compute capabilities ``nvcc --list-gpu-code`` builds (sm_75 -> 75)."""
+    out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, check=False).stdout
+    return frozenset(int(cc) for cc in re.findall(r"sm_(\d+)", out))
+
+
+def check_target(arch: Arch) -> None:
+    """Raise InvalidParameter where the installed nvcc cannot build for ``arch``, saying which CUDA
+    releases can. Where there is no nvcc nothing is checked (emitting source needs none)."""
+    try:
+        nvcc = find_tool("nvcc")
+    except ToolNotFound:
+        return
+    builds = nvcc_targets(nvcc)
+    if builds and arch.cc not in builds:
+        release = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                                                 check=False).stdout)
+        raise InvalidParameter(
+            f"the installed nvcc ({nvcc}{f', CUDA {release[1]}' if release else ''}) cannot build for {arch.name}; "
+            f"{arch.name} needs {nvcc_needed(arch.cc)}; this nvcc builds "
+            + ", ".join(f"sm_{cc}" for cc in sorted(builds)))
 
 
 def cache_dir() -> Path:
@@ -124,55 +157,65 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def build_cubin(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAGS, *, use_cache: bool = True,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> BuildResult:
-    """Compile CUDA source to a cubin for ``arch``.
+def build_library(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAGS, *, use_cache: bool = True,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> BuildResult:
+    """Compile CUDA source for ``arch`` into a shared library (and its cubin).
 
     Returns a BuildResult; ``ok`` is False with nvcc's message in ``log`` on a compile error or a
     timeout. Raises ToolNotFound when nvcc is missing.
     """
     nvcc = find_tool("nvcc")
-    cmd_flags = [*flags, *arch.nvcc_flags, "-cubin", "-Xptxas", "-v"]
+    cmd_flags = [*flags, *arch.nvcc_flags, *LIBRARY_FLAGS, "-Xptxas", "-v"]
     key = hashlib.sha256("\0".join([source, *cmd_flags, nvcc_version(nvcc)]).encode()).hexdigest()[:32]
     folder = cache_dir()
-    meta_path, cubin_path = folder / f"{key}.json", folder / f"{key}.cubin"
+    meta_path, library_path, cubin_path = folder / f"{key}.json", folder / f"{key}.so", folder / f"{key}.cubin"
     if use_cache and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        if not meta["ok"] or cubin_path.is_file():
+        if not meta["ok"] or (library_path.is_file() and cubin_path.is_file()):
             usage = {k: ResourceUsage(**v) for k, v in meta["usage"].items()}
-            return BuildResult(meta["ok"], key, meta["log"], cubin_path if meta["ok"] else None, usage, cached=True)
+            ok = meta["ok"]
+            return BuildResult(ok, key, meta["log"], library_path if ok else None, cubin_path if ok else None, usage,
+                               cached=True)
 
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gemmgen-") as tmp:
-        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.so"
         src.write_text(source)
+        keep = Path(tmp) / "keep"
+        keep.mkdir()
         try:
-            proc = subprocess.run([nvcc, *cmd_flags, str(src), "-o", str(out)], capture_output=True, text=True,
-                                  timeout=timeout_s, check=False)
+            proc = subprocess.run([nvcc, *cmd_flags, "--keep", "--keep-dir", str(keep), str(src), "-o", str(out)],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             return BuildResult(False, key, f"nvcc timed out after {timeout_s:g} s", seconds=time.monotonic() - start)
         log = (proc.stdout + proc.stderr).strip()
-        ok = proc.returncode == 0 and out.is_file()
+        # the kernel's own cubin (not the device-link stub's)
+        cubins = [c for c in keep.glob("kernel*.cubin") if "dlink" not in c.name]
+        ok = proc.returncode == 0 and out.is_file() and len(cubins) == 1
+        if proc.returncode == 0 and not ok:
+            log += f"\ngemmgen: nvcc left {len(cubins)} kernel cubins, expected one"
         usage = parse_ptxas_report(log) if ok else {}
         seconds = time.monotonic() - start
         if use_cache:
             folder.mkdir(parents=True, exist_ok=True)
             if ok:
-                _atomic_write(cubin_path, out.read_bytes())
+                _atomic_write(library_path, out.read_bytes())
+                _atomic_write(cubin_path, cubins[0].read_bytes())
             meta = {"ok": ok, "log": log, "usage": {k: asdict(v) for k, v in usage.items()}}
             _atomic_write(meta_path, json.dumps(meta).encode())
-            return BuildResult(ok, key, log, cubin_path if ok else None, usage, seconds=seconds)
-        if ok:  # uncached: keep the cubin outside the temporary folder
-            fd, kept = tempfile.mkstemp(suffix=".cubin", prefix="gemmgen-")
-            os.close(fd)
-            shutil.copyfile(out, kept)
-            return BuildResult(True, key, log, Path(kept), usage, seconds=seconds)
+            return BuildResult(ok, key, log, library_path if ok else None, cubin_path if ok else None, usage,
+                               seconds=seconds)
+        if ok:  # uncached: keep the files outside the temporary folder
+            kept = Path(tempfile.mkdtemp(prefix="gemmgen-"))
+            shutil.copyfile(out, kept / "kernel.so")
+            shutil.copyfile(cubins[0], kept / "kernel.cubin")
+            return BuildResult(True, key, log, kept / "kernel.so", kept / "kernel.cubin", usage, seconds=seconds)
         return BuildResult(False, key, log, seconds=seconds)
 
 
 def build_kernel(config: KernelConfig, **kwargs) -> BuildResult:
-    """Render ``config`` and compile it; see :func:`build_cubin`."""
-    return build_cubin(render_kernel(config), config.build_arch, **kwargs)
+    """Render ``config`` and compile it; see :func:`build_library`."""
+    return build_library(render_kernel(config), config.build_arch, **kwargs)
 
 
 def kernel_usage(config: KernelConfig, result: BuildResult) -> ResourceUsage | None:

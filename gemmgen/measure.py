@@ -4,6 +4,7 @@ results database and committed at once.
 """
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,8 @@ from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timin
 
 # Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
 Runner = Callable[[float, float], None]
+# The timed problem on the current operands, its host work done ahead: one call queues one run.
+Launch = Callable[[], None]
 
 # The problem that is timed and stored (the checks also cover other alpha and beta).
 TIMED_ALPHA, TIMED_BETA = 1.0, 0.0
@@ -173,9 +176,9 @@ class Bench:
             worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
         return worst
 
-    def time(self, run: Runner, ops: Operands, *others: Runner) -> list[Timing]:
+    def time(self, ops: Operands, *launches: Launch) -> list[Timing]:
         """The timed problem (TIMED_ALPHA, TIMED_BETA) on the last check's random inputs; C
-        poisoned and L2 flushed before every run, outside the timed region. ``run`` and ``others``
+        poisoned and L2 flushed before every run, outside the timed region. The ``launches``
         (already verified) run in alternation: one Timing each."""
         drv = self.gpu.drv
         mn_bytes = ops.shape.m * ops.shape.n * 4
@@ -184,17 +187,18 @@ class Bench:
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
             drv.memset_d8(self.flush, 0, self.flush_bytes)
 
-        return time_interleaved(self.gpu, [lambda r=r: r(TIMED_ALPHA, TIMED_BETA) for r in (run, *others)], before,
-                                min_total_ms=self.min_total_ms)
+        return time_interleaved(self.gpu, list(launches), before, min_total_ms=self.min_total_ms)
 
-    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured, *others: Runner) -> Measured:
+    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured, *launches: Launch) -> Measured:
+        """Verify ``run``, then time ``launches`` (the same point's timed problem first, then
+        the runs to alternate with it)."""
         try:
             verdict = self.verify(run, ops)
             result.rel_error = verdict.rel_error
             if not verdict.ok:
                 result.status, result.message = "wrong_result", verdict.message
                 return result
-            result.timing, *rest = self.time(run, ops, *others)
+            result.timing, *rest = self.time(ops, *launches)
             result.baseline = rest[0] if rest else None
             result.status = "ok"
         except LaunchFailed as err:
@@ -216,20 +220,31 @@ class Bench:
         if not build.ok:
             result.status, result.message = "compile_error", build.log
         else:
+            kernel = None
             try:
-                kernel = LoadedKernel(self.gpu, config, build.cubin)
-                kernel.check_shape(shape.m, shape.n, shape.k)
-                ops = self.operands(shape, config.precision)
+                with ExitStack() as stack:
+                    kernel = LoadedKernel(self.gpu, config, build.library)
+                    kernel.describe(shape.m, shape.n, shape.k)  # refuses before anything is allocated
+                    ops = self.operands(shape, config.precision)
 
-                def run(alpha, beta):
-                    kernel.launch(shape.m, shape.n, shape.k, alpha, ops.a, ops.b, beta, ops.c)
+                    def run(alpha, beta):
+                        kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
 
-                others = [self._cublas_runner(config.precision, ops)] if self.interleave else []
-                self._verify_and_time(run, ops, result, *others)
+                    # the timed launch: checks, grid, workspace and tensor maps made once, here
+                    plan = stack.enter_context(kernel.plan(shape.m, shape.n, shape.k, TIMED_ALPHA, int(ops.a),
+                                                           int(ops.b), TIMED_BETA, int(ops.c)))
+                    launches = [plan.run]
+                    if self.interleave:
+                        cublas = self._cublas_runner(config.precision, ops)
+                        launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
+                    self._verify_and_time(run, ops, result, *launches)
             except ShapeRefused as err:
                 result.status, result.message = "infeasible", str(err)
             except LaunchFailed as err:
                 result.status, result.message = "launch_error", str(err)
+            finally:
+                if kernel is not None:
+                    kernel.close()
         self._record(kernel_id, result, registers=usage.registers if usage else None,
                      smem_bytes=config.geometry.smem_bytes,
                      spill_bytes=(usage.spill_store_bytes + usage.spill_load_bytes) if usage else None)
@@ -254,8 +269,9 @@ class Bench:
     def measure_cublas(self, precision: str, shape: Shape) -> Measured:
         """Verify, time and record cuBLAS's GEMM for ``precision`` (see cublas.BASELINE_API)."""
         ops = self.operands(shape, precision)
-        result = self._verify_and_time(self._cublas_runner(precision, ops), ops,
-                                       Measured("cublas", f"cublas_{precision}", precision, shape, "infeasible"))
+        run = self._cublas_runner(precision, ops)
+        result = self._verify_and_time(run, ops, Measured("cublas", f"cublas_{precision}", precision, shape, "infeasible"),
+                                       lambda: run(TIMED_ALPHA, TIMED_BETA))
         self._record(self._cublas_kernel_id(precision), result)
         return result
 

@@ -76,7 +76,7 @@ def template_hash(config: KernelConfig) -> str:
     """SHA-256 (first 16 hex digits) of the template files a config's source is made from."""
     folder = templates_dir()
     digest = hashlib.sha256()
-    for name in ("base.cu.j2", "common.cuh.j2", config.family.template):
+    for name in ("base.cu.j2", "common.cuh.j2", "launcher.cuh.j2", config.family.template):
         digest.update((folder / name).read_bytes())
     return digest.hexdigest()[:16]
 

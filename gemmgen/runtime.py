@@ -1,21 +1,27 @@
-"""The GPU through PyCUDA: device facts, device memory, loading and launching kernels, timing.
+"""The GPU: device facts, device memory, calling kernels, timing.
 
-Importing this module needs no GPU; constructing :class:`Gpu` does, and raises GpuUnavailable
-(one line naming the fix) where PyCUDA or a GPU is missing. Launches use the launch geometry
-that the emitted source documents (config.geometry).
+Kernels run through their emitted launcher: the file gemmgen emits, built as a shared library
+(:func:`gemmgen.build.build_library`) and called through ctypes (:class:`Launcher`). The launcher
+holds every launch rule -- grid, workspace, packing, tensor maps, which shapes are refused -- so
+the runtime decides none of them. PyCUDA gives the context, device memory and timing events; the
+launcher's CUDA runtime works in the same (primary) context.
+
+Importing this module needs no GPU, nor does :class:`Launcher` (its ``describe`` is host
+arithmetic); constructing :class:`Gpu` does, and raises GpuUnavailable (one line naming the fix)
+where PyCUDA or a GPU is missing.
 """
 
+import ctypes
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
-
-from gemmgen.arch import DEFAULT_SMEM_LIMIT, MAX_GRID_Y, Arch, parse_arch
+from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import KernelConfig
 from gemmgen.errors import GemmgenError
-from gemmgen.driver import MAP_BYTES, DriverError, DriverKernel, encode_tiled
 
 
 class GpuUnavailable(GemmgenError):
@@ -119,155 +125,140 @@ class Gpu:
             return False
 
 
-# Launch shape of a family's <name>_pack kernel (grid-stride; base.cu.j2's launcher uses the same).
-PACK_GRID, PACK_BLOCK = (1024, 1, 1), (256, 1, 1)
+class LaunchInfo(ctypes.Structure):
+    """gemmgen_launch_info (launcher.cuh.j2): what one launch needs. grid: blocks along x, y, z;
+    flag_words: 4-byte flags that are zero before it and that it leaves zero; partial_bytes:
+    scratch for partial sums; packed_a_bytes / packed_b_bytes: the zero-padded copies of A and B
+    (0: read in place); stores_c: C goes out through TMA."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("flag_words", ctypes.c_ulonglong),
+                ("partial_bytes", ctypes.c_ulonglong), ("packed_a_bytes", ctypes.c_ulonglong),
+                ("packed_b_bytes", ctypes.c_ulonglong), ("stores_c", ctypes.c_int)]
 
 
-class LoadedKernel:
-    """A compiled point, loaded from its cubin and ready to launch."""
+class Held(ctypes.Structure):
+    """gemmgen_held (launcher.cuh.j2): the workspace a launcher keeps for one stream (device
+    addresses and sizes in bytes; 0 where it keeps none)."""
 
-    def __init__(self, gpu: Gpu, config: KernelConfig, cubin_path):
-        drv = gpu.drv
-        self.config = config
-        geometry = config.geometry
+    _fields_ = [("flags", ctypes.c_void_p), ("flag_bytes", ctypes.c_ulonglong), ("partials", ctypes.c_void_p),
+                ("partial_bytes", ctypes.c_ulonglong), ("packed", ctypes.c_void_p),
+                ("packed_bytes", ctypes.c_ulonglong)]
+
+
+_CUDA_ERROR_INVALID_VALUE = 1  # what a launcher returns for a shape it refuses
+_VP, _INT, _FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_PROBLEM = [_INT, _INT, _INT, _FLOAT, _VP, _VP, _FLOAT, _VP, _VP]  # M, N, K, alpha, A, B, beta, C, stream
+
+
+class Launcher:
+    """The C functions of an emitted file built as a shared library (names: the launcher's,
+    gemmgen_gemm unless built with -DGEMMGEN_LAUNCHER). Loading needs no GPU; launching needs
+    the CUDA context to be current (a :class:`Gpu` open on this thread).
+
+    Calls that fail raise ShapeRefused (a shape the kernel cannot take, with the launcher's
+    reason) or LaunchFailed (any other CUDA error, with the launcher's message).
+    """
+
+    def __init__(self, library: str | Path, name: str = "gemmgen_gemm"):
         try:
-            self.module = drv.module_from_file(str(cubin_path))
-            self.function = self.module.get_function(config.name)
-            if geometry.smem_bytes > DEFAULT_SMEM_LIMIT:
-                self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, geometry.smem_bytes)
-        except drv.Error as err:
-            raise LaunchFailed(f"cannot load {config.name}: {err}") from None
-        self.function.prepare("iiifPPfPP")  # M, N, K, alpha, A, B, beta, C, workspace
-        self._resident = gpu.info.sm_count  # blocks of a persistent grid that run at once
-        self._tma_function = None  # kernels taking tensor maps (first) launch through the driver module
-        if geometry.tma:
-            maps = "mmm" if geometry.tma.box_c else "mm"  # A, B (and C, where the kernel stores C through TMA)
-            try:
-                self._tma_function = DriverKernel(cubin_path, config.name, maps + "iiifPPfPP", geometry.smem_bytes)
-                if geometry.cluster > 1:
-                    self._resident = geometry.cluster * self._tma_function.max_active_clusters(geometry.cluster,
-                                                                                               geometry.block)
-            except DriverError as err:
-                raise LaunchFailed(f"cannot load {config.name}: {err}") from None
-            if self._resident < geometry.cluster:
-                raise LaunchFailed(f"cannot run {config.name}: not one cluster of {geometry.cluster} blocks fits")
-        self._maps: dict[tuple, tuple[bytes, ...]] = {}  # (A, B, C, M, N, K, ...) -> tensor maps
-        self.pack = None
-        if geometry.pack_vec:
-            try:
-                self.pack = self.module.get_function(f"{config.name}_pack")
-            except drv.Error as err:
-                raise LaunchFailed(f"cannot load {config.name}_pack: {err}") from None
-            self.pack.prepare("iiiPPP")  # M, N, K, A, B, workspace
-        self._drv = drv
-        self._packed = None  # packed copies of misaligned operands (Geometry.pack_plan), grown as needed
-        self._packed_bytes = 0
-        self._workspace = None  # split-K / stream-K counters and partials: zeroed once, grown as needed
-        self._workspace_bytes = 0
+            self._lib = ctypes.CDLL(str(library), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        except OSError as err:
+            raise LaunchFailed(f"cannot load {library}: {err}") from None
+        self.name = name
+        fn = self._function
+        self._launch = fn("", ctypes.c_int, _PROBLEM)
+        self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *_PROBLEM])
+        self._run = fn("_run", ctypes.c_int, [_VP])
+        self._plan_free = fn("_plan_free", None, [_VP])
+        self._describe = fn("_describe", ctypes.c_char_p, [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT,
+                                                           ctypes.POINTER(LaunchInfo)])
+        self._error = fn("_error", ctypes.c_char_p, [])
+        self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
+        self._release = fn("_release", ctypes.c_int, [])
 
-    def workspace(self, m: int, n: int) -> int:
-        """The device address of a zeroed workspace of config.geometry.workspace_bytes bytes for
-        a launch at M x N, or 0 where the kernel needs none. Allocated once and grown when a larger
-        shape needs more; the kernel leaves its split-K counters or stream-K flags zero, so it is
-        reused without clearing (launches on one stream)."""
-        g = self.config.geometry
-        need = g.workspace_bytes(m, n, g.launch_grid(m, n, self._resident)[0])
-        if need == 0:
-            return 0
-        return self._grown("_workspace", need, zero=True)
-
-    def _packed_buffer(self, need: int) -> int:
-        return self._grown("_packed", need, zero=False)
-
-    def _grown(self, attr: str, need: int, zero: bool) -> int:
-        """The address of the buffer kept in ``attr`` (its size in ``attr + "_bytes"``), replaced by
-        a new one of ``need`` bytes (zeroed if asked) when it is smaller, once the launches queued
-        with it are done. A failed allocation leaves no buffer behind."""
-        if need > getattr(self, attr + "_bytes"):
-            drv = self._drv
-            try:
-                if getattr(self, attr) is not None:
-                    drv.Context.synchronize()
-                    getattr(self, attr).free()
-                    setattr(self, attr, None)
-                    setattr(self, attr + "_bytes", 0)
-                setattr(self, attr, drv.mem_alloc(need))
-                if zero:
-                    drv.memset_d32(getattr(self, attr), 0, need // 4)
-            except drv.Error as err:
-                raise LaunchFailed(f"cannot allocate the {need}-byte workspace of {self.config.name}: {err}") from None
-            setattr(self, attr + "_bytes", need)
-        return int(getattr(self, attr))
-
-    def check_shape(self, m: int, n: int, k: int) -> None:
-        """Raise ShapeRefused naming the constraint when the kernel cannot take M, N, K."""
-        if min(m, n, k) < 1:
-            raise ShapeRefused(f"M, N and K must be >= 1, got {m}x{n}x{k}")
-        gy = self.config.geometry.grid(m, n)[1]
-        if gy > MAX_GRID_Y and not self.config.geometry.persistent:
-            raise ShapeRefused(f"M={m} needs {gy} blocks along y; at most {MAX_GRID_Y} "
-                               f"(M <= {MAX_GRID_Y * self.config.geometry.tile_m})")
-
-    def launch(self, m: int, n: int, k: int, alpha: float, a, b, beta: float, c) -> None:
-        """Queue C = alpha * A @ B + beta * C on the default stream (a, b, c: device pointers), with
-        the kernel's workspace (see :meth:`workspace`)."""
-        self.check_shape(m, n, k)
-        g = self.config.geometry
-        workspace = self.workspace(m, n)
-        a_bytes, b_bytes = g.pack_plan(m, n, k, int(a), int(b))
-        packed = 0  # the packed copies: read through the tensor maps, or else through the workspace argument
-        if a_bytes + b_bytes:
-            packed = self._packed_buffer(a_bytes + b_bytes)
-            try:
-                self.pack.prepared_call(PACK_GRID, PACK_BLOCK, np.int32(m), np.int32(n), np.int32(k), int(a), int(b),
-                                        packed)
-            except self._drv.Error as err:
-                raise LaunchFailed(f"launch of {self.config.name}_pack failed: {err}") from None
-            if self._tma_function is None:
-                workspace = packed  # no pack_vec family splits K
-        grid = g.launch_grid(m, n, self._resident)
-        if self._tma_function is not None:
-            maps = self._tensor_maps(m, n, k, int(a), int(b), packed, (a_bytes, b_bytes), int(c),
-                                     g.tma.stores_c(n, float(np.float32(beta)), int(c)))
-            try:
-                self._tma_function.launch(grid, g.block, *maps, m, n, k, alpha, int(a), int(b), beta, int(c), workspace)
-            except DriverError as err:
-                raise LaunchFailed(str(err)) from None
-            return
+    def _function(self, suffix: str, restype, argtypes):
         try:
-            self.function.prepared_call(grid, g.block, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
-                                        int(a), int(b), np.float32(beta), int(c), workspace, shared_size=g.smem_bytes)
-        except self._drv.Error as err:
-            raise LaunchFailed(f"launch of {self.config.name} failed: {err}") from None
+            f = getattr(self._lib, self.name + suffix)
+        except AttributeError:
+            raise LaunchFailed(f"the library has no {self.name + suffix}: not a gemmgen launcher") from None
+        f.restype, f.argtypes = restype, argtypes
+        return f
 
-    def _tensor_maps(self, m: int, n: int, k: int, a: int, b: int, workspace: int, packed: tuple[int, int],
-                     c: int, store_c: bool) -> tuple[bytes, ...]:
-        """The tensor maps (Geometry.tma) for this launch: of A and B, over A and B or over their
-        copies in ``workspace`` (the packed buffer) where ``packed`` (pack_plan's bytes of A's and
-        B's copies) says they were made; then, for a kernel with ``tma.box_c``, of C: over C where ``store_c``
-        (Tma.stores_c, the kernel's own test), else 128 zero bytes, which the kernel never reads.
-        Kept per buffers and shape, so a timed launch does not re-encode them. Raises
-        LaunchFailed where the driver refuses a map."""
-        key = (a, b, c, m, n, k, workspace, store_c)
-        if key not in self._maps:
-            g, precision = self.config.geometry, self.config.precision
-            kp, np_ = g.packed_ld(k), g.packed_ld(n)
-            a_bytes, b_bytes = packed
-            box_a, box_b = g.tma.box_a, g.tma.box_b
-            try:
-                map_a = (encode_tiled(precision, workspace, m, k, kp, box_a, "packed A") if a_bytes
-                         else encode_tiled(precision, a, m, k, k, box_a, "A"))
-                map_b = (encode_tiled(precision, workspace + a_bytes, k, n, np_, box_b, "packed B") if b_bytes
-                         else encode_tiled(precision, b, k, n, n, box_b, "B"))
-                maps = (map_a, map_b)
-                if g.tma.box_c:
-                    maps += (encode_tiled("fp32", c, m, n, n, g.tma.box_c, "C") if store_c else bytes(MAP_BYTES),)
-            except DriverError as err:
-                raise LaunchFailed(str(err)) from None
-            if len(self._maps) >= 64:  # one entry per set of buffers and shape; drop stale ones
-                self._maps.clear()
-            self._maps[key] = maps
-        return self._maps[key]
+    def _check(self, err: int) -> None:
+        if err:
+            message = (self._error() or b"").decode(errors="replace") or f"CUDA error {err}"
+            if err == _CUDA_ERROR_INVALID_VALUE and message.startswith("refused"):
+                raise ShapeRefused(message)
+            raise LaunchFailed(message)
+
+    def launch(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
+               stream: int = 0) -> None:
+        """Queue C = alpha * A @ B + beta * C on ``stream`` (0: the default stream); a, b, c are
+        device addresses of row-major A (M x K), B (K x N) and fp32 C (M x N)."""
+        self._check(self._launch(m, n, k, alpha, a, b, beta, c, stream))
+
+    def plan(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
+             stream: int = 0) -> "Plan":
+        """The same launch with its host work done now (checks, grid, workspace, tensor maps), to
+        be queued later by Plan.run, as often as wanted."""
+        handle = _VP()
+        self._check(self._plan(ctypes.byref(handle), m, n, k, alpha, a, b, beta, c, stream))
+        return Plan(self, handle)
+
+    def describe(self, m: int, n: int, k: int, a: int = 0, b: int = 0, beta: float = 0.0, c: int = 0,
+                 resident: int = 0) -> LaunchInfo:
+        """What a launch at M x N x K with these addresses (0: 16-byte aligned) would need, without
+        launching. ``resident``: blocks of a persistent grid that run at once (0: ask the current
+        device, which needs a GPU). Raises ShapeRefused with the launcher's reason."""
+        info = LaunchInfo()
+        why = self._describe(m, n, k, a, b, beta, c, resident, ctypes.byref(info))
+        if why is not None:
+            raise ShapeRefused(f"refused M={m} N={n} K={k}: {why.decode()}")
+        return info
+
+    def held(self, stream: int = 0) -> Held:
+        """The workspace the launcher keeps for ``stream`` on the current device."""
+        out = Held()
+        self._held(stream, ctypes.byref(out))
+        return out
+
+    def release(self) -> None:
+        """Free the workspace the launcher keeps (after the device's work is done)."""
+        self._check(self._release())
+
+
+class Plan:
+    """One launch prepared by :meth:`Launcher.plan`; ``run`` queues it. Close it when done."""
+
+    def __init__(self, launcher: Launcher, handle):
+        self._launcher, self._handle = launcher, handle
+
+    def run(self) -> None:
+        self._launcher._check(self._launcher._run(self._handle))
+
+    def close(self) -> None:
+        if self._handle:
+            self._launcher._plan_free(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LoadedKernel(Launcher):
+    """A point's emitted launcher, built as a library (BuildResult.library) and loaded."""
+
+    def __init__(self, gpu: "Gpu", config: KernelConfig, library: str | Path):
+        super().__init__(library)
+        self.gpu, self.config = gpu, config
+
+    def close(self) -> None:
+        """Free the launcher's workspace; the library stays loaded (its CUDA runtime with it)."""
+        if self.gpu.healthy():
+            self.release()
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Shared helpers, for `from conftest import ...`: the fastgemm and split-K test po
 by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
 """
 
+import random
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +111,32 @@ def split_points() -> dict[str, dict]:
     }
 
 
+def call_sequence(seed: int, count: int = 30) -> list[tuple]:
+    """``count`` calls as a user makes them, in one process: (M, N, K, A offset, B offset, C offset
+    (in elements, from 16-byte aligned buffers), alpha, beta). They hold a 1x5000x3 product and
+    then 3000x1x2000 (fewer tiles, a workspace no larger: the old split-K bug), 1x1x1, K = 1, thin
+    shapes, growing and shrinking runs in a random order, misaligned pointers about one call in
+    three, and every other call beta = 0 (C poisoned with NaN by the GPU tests). M * N stays at
+    most 2^22 and M * N * K at most 2^31, so that the float64 reference is quick on the host."""
+    rng = random.Random(seed)
+    fixed = [(1, 5000, 3), (3000, 1, 2000), (1, 1, 1), (257, 130, 1), (16, 4096, 512), (4095, 17, 33)]
+    dims = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024, 2049, 4097]
+    shapes = list(fixed)
+    while len(shapes) < count:
+        m, n, k = (rng.choice(dims) for _ in range(3))
+        if m * n <= 2**22 and m * n * k <= 2**31:
+            shapes.append((m, n, k))
+    order = [2, 0, 1] + [i for i in range(3, count)]  # 1x1x1 first, then the split-K pair
+    tail = order[3:]
+    rng.shuffle(tail)
+    calls = []
+    for i, index in enumerate(order[:3] + tail):
+        m, n, k = shapes[index]
+        alpha, beta = ((1.0, 0.0), (1.25, -0.75))[i % 2]
+        calls.append((m, n, k, rng.choice((0, 0, 1)), rng.choice((0, 0, 3)), rng.choice((0, 0, 1)), alpha, beta))
+    return calls
+
+
 # ---- building, compiling, measuring ---------------------------------------------------------------
 
 REGISTERS_PER_SM = 64 * 1024
@@ -156,20 +183,30 @@ def assert_measured_ok(bench, label: str, config, shape):
     return m
 
 
+def launcher_of(config):
+    """``config``'s emitted launcher, built (failing the test with the build log where it does not)
+    and loaded; its describe() needs no GPU."""
+    from gemmgen.runtime import Launcher
+
+    build = build_kernel(config)
+    assert build.ok, build.log
+    return Launcher(build.library)
+
+
 def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
     from gemmgen.runtime import LoadedKernel
 
     build = build_kernel(config)
     assert build.ok, build.log
-    return LoadedKernel(bench.gpu, config, build.cubin)
+    return LoadedKernel(bench.gpu, config, build.library)
 
 
 def run_gemm(bench, kernel, ops, alpha, beta):
     """One launch of ``kernel`` on ``ops`` (C reset for beta first); C downloaded."""
     s = ops.shape
     ops.reset_c(beta)
-    kernel.launch(s.m, s.n, s.k, alpha, ops.a, ops.b, beta, ops.c)
+    kernel.launch(s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
     bench.gpu.synchronize()
     return ops.download_c()
 

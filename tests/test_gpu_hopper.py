@@ -65,16 +65,17 @@ def test_misaligned_c_takes_the_direct_stores(bench, precision, params, offset):
 
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     shape = Shape(257, 260, 96)
-    kernel = LoadedKernel(bench.gpu, config, build_kernel(config).cubin)
+    kernel = LoadedKernel(bench.gpu, config, build_kernel(config).library)
     ops = bench.operands(shape, precision)
     drv, c_bytes = bench.gpu.drv, shape.m * shape.n * 4
     buffer = drv.mem_alloc(c_bytes + 16)
     shifted = int(buffer) + offset
-    assert not config.geometry.tma.stores_c(shape.n, 0.0, shifted)
+    assert kernel.describe(shape.m, shape.n, shape.k, int(ops.a), int(ops.b), 0.0, shifted).stores_c == 0
+    assert kernel.describe(shape.m, shape.n, shape.k, int(ops.a), int(ops.b), 0.0, int(buffer)).stores_c == 1
 
     def run(alpha, beta):  # C (NaN or C0, as reset_c left it) -> shifted C -> GEMM -> C
         drv.memcpy_dtod(shifted, ops.c, c_bytes)
-        kernel.launch(shape.m, shape.n, shape.k, alpha, ops.a, ops.b, beta, shifted)
+        kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, shifted)
         drv.memcpy_dtod(ops.c, shifted, c_bytes)
 
     try:

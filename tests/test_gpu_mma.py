@@ -48,15 +48,19 @@ def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, preci
 
     config = make_config("mma", POINTS[0][1], precision, bench.gpu.info.arch)
     shape = Shape(301, 203, 517)
-    assert config.geometry.pack_plan(shape.m, shape.n, shape.k, 0, 0) != (0, 0)
-    kernel = LoadedKernel(bench.gpu, config, build_kernel(config).cubin)
+    build = build_kernel(config)
+    info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
+    assert info.packed_a_bytes and info.packed_b_bytes  # the launcher would pack both
+    kernel = bench.gpu.drv.module_from_file(str(build.cubin)).get_function(config.name)
+    if config.geometry.smem_bytes > 48 * 1024:
+        kernel.set_attribute(bench.gpu.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, config.geometry.smem_bytes)
+    kernel.prepare("iiifPPfPPPP")  # M, N, K, alpha, A, B, beta, C, gg_workspace{flags, partials, packed}
     ops = bench.operands(shape, precision)
-    g = config.geometry
 
     def run(alpha, beta):
-        kernel.function.prepared_call(g.grid(shape.m, shape.n), g.block, np.int32(shape.m), np.int32(shape.n),
-                                      np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
-                                      int(ops.c), 0, shared_size=g.smem_bytes)
+        kernel.prepared_call(tuple(info.grid), config.geometry.block, np.int32(shape.m), np.int32(shape.n),
+                             np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
+                             int(ops.c), 0, 0, 0, shared_size=config.geometry.smem_bytes)
 
     verdict = bench.verify(run, ops)
     assert verdict.ok, verdict.message

@@ -61,13 +61,15 @@ def test_split_results_are_bitwise_identical_run_after_run(bench, point, shape):
     kernel = load_kernel(bench, config)
     ops = bench.operands(shape, "fp32")
     ops.fill(np.random.default_rng(11))
-    gx, gy, _ = config.geometry.grid(shape.m, shape.n)
+    tiles = kernel.describe(shape.m, shape.n, shape.k).flag_words  # a counter per tile
     for alpha, beta in ((1.0, 0.0), (1.25, -0.75)):
         results = []
         for _ in range(5):
             results.append(run_gemm(bench, kernel, ops, alpha, beta).view(np.uint32))
-            counters = np.empty(gx * gy, dtype=np.uint32)  # the workspace starts with one per tile
-            bench.gpu.drv.memcpy_dtoh(counters, kernel.workspace(shape.m, shape.n))
+            held = kernel.held()
+            assert held.flag_bytes >= 4 * tiles > 0
+            counters = np.empty(held.flag_bytes // 4, dtype=np.uint32)
+            bench.gpu.drv.memcpy_dtoh(counters, held.flags)
             assert not counters.any(), "split-K counters not back at zero after the launch"
         for other in results[1:]:
             assert np.array_equal(results[0], other), f"{config.name} at {shape}: results differ between runs"
@@ -83,7 +85,8 @@ def test_workspace_grows_for_a_larger_shape(bench):
         ops = bench.operands(shape, "fp32")
         ops.fill(bench.rng)
         c = run_gemm(bench, kernel, ops, 1.0, 0.5)
-        assert kernel._workspace_bytes >= config.geometry.workspace_bytes(shape.m, shape.n)
+        need = kernel.describe(shape.m, shape.n, shape.k)
+        assert kernel.held().partial_bytes >= need.partial_bytes > 0
         a64, b64 = ops.host_a.astype(np.float64), ops.host_b.astype(np.float64)
         ref, scale = verify.host_reference(a64, b64, ops.host_c0, 1.0, 0.5)
         verdict = verify.compare(c, ref, scale, "fp32", shape.k)

@@ -16,7 +16,6 @@ from conftest import assert_measured_ok, load_kernel, nvcc_compile, run_gemm
 
 from gemmgen import verify
 from gemmgen.config import make_config
-from gemmgen.families.base import STREAM_K_FLAG_BYTES
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel
 
@@ -46,8 +45,8 @@ def stream_k_units(kernel, shape) -> int:
     """The units (cluster-tall tiles) this launch shares out by k: units % workers, where the last
     wave is at most 3/4 full (HpWork::whole_units in hopper.cu.j2), else none."""
     g = kernel.config.geometry
-    workers = g.launch_grid(shape.m, shape.n, kernel._resident)[0] // g.cluster
-    gx, gy, _ = g.grid(shape.m, shape.n)
+    workers = kernel.describe(shape.m, shape.n, shape.k).grid[0] // g.cluster
+    gx, gy = -(-shape.n // g.tile_n), -(-shape.m // g.tile_m)
     sk_units = -(-gy // g.cluster) * gx % workers
     return sk_units if 4 * sk_units <= 3 * workers else 0
 
@@ -72,8 +71,10 @@ def test_stream_k_is_deterministic_and_leaves_its_flags_zero(bench, precision, p
         results = []
         for _ in range(4):
             results.append(run_gemm(bench, kernel, ops, alpha, beta))
-            flags = np.empty(STREAM_K_FLAG_BYTES // 4, dtype=np.uint32)
-            bench.gpu.drv.memcpy_dtoh(flags, kernel.workspace(shape.m, shape.n))
+            held = kernel.held()
+            assert held.flag_bytes >= 4 * kernel.describe(shape.m, shape.n, shape.k).flag_words > 0
+            flags = np.empty(held.flag_bytes // 4, dtype=np.uint32)
+            bench.gpu.drv.memcpy_dtoh(flags, held.flags)
             assert not flags.any(), f"stream-K flags not back at zero after the launch: {np.flatnonzero(flags)}"
         for other in results[1:]:
             assert np.array_equal(results[0].view(np.uint32), other.view(np.uint32)), "results differ between runs"

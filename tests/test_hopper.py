@@ -8,14 +8,14 @@ import subprocess
 
 import pytest
 
-from conftest import nvcc_compile
+from conftest import launcher_of, nvcc_compile
 
 from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidPoint, ToolNotFound
-from gemmgen.families.base import STREAM_K_FLAG_BYTES
 from gemmgen.points import point_spec, resolve_point
 from gemmgen.render import render_kernel
+from gemmgen.runtime import ShapeRefused
 
 DEFAULT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1}
 
@@ -40,21 +40,29 @@ def test_name_geometry_and_boxes_of_the_default_point():
     assert c.derived["B_LOADS"] == 4 and c.derived["ACC"] == 128
 
 
+def grid(launcher, m, n, k, resident):
+    return tuple(launcher.describe(m, n, k, resident=resident).grid)
+
+
+@pytest.mark.nvcc
 def test_persistent_grid_is_one_block_per_sm_at_most_one_per_tile():
-    g = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
-    assert g.launch_grid(4096, 4096, 132) == (132, 1, 1)
-    assert g.launch_grid(128, 512, 132) == (2, 1, 1)
-    assert g.launch_grid(1, 1, 132) == (1, 1, 1)
+    launcher = launcher_of(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert grid(launcher, 4096, 4096, 4096, 132) == (132, 1, 1)
+    assert grid(launcher, 128, 512, 64, 132) == (2, 1, 1)
+    assert grid(launcher, 1, 1, 1, 132) == (1, 1, 1)
 
 
+@pytest.mark.nvcc
 def test_cluster_grid_pairs_tile_rows_and_is_a_multiple_of_the_cluster():
     c = make_config("hopper", {**DEFAULT, "cluster": 2}, "fp16", "sm_90")
     assert c.name == "hopper_128x256_c2_s4_x2_fp16"
-    g = c.geometry
-    assert g.launch_grid(4096, 4096, 132) == (132, 1, 1)
-    assert g.launch_grid(4096, 4096, 131) == (130, 1, 1)
-    assert g.launch_grid(129, 256, 132) == (2, 1, 1)  # 2 tile rows, one unit
-    assert g.launch_grid(1, 1, 132) == (2, 1, 1)  # the second block's tile is empty, but it loads B
+    launcher = launcher_of(c)
+    assert grid(launcher, 4096, 4096, 64, 132) == (132, 1, 1)
+    assert grid(launcher, 4096, 4096, 64, 131) == (130, 1, 1)
+    assert grid(launcher, 129, 256, 64, 132) == (2, 1, 1)  # 2 tile rows, one unit
+    assert grid(launcher, 1, 1, 1, 132) == (2, 1, 1)  # the second block's tile is empty, but it loads B
+    with pytest.raises(ShapeRefused, match="not one cluster of 2 blocks fits on this GPU"):
+        launcher.describe(1, 1, 1, resident=1)
     source = render_kernel(c)
     assert "__cluster_dims__(2, 1, 1)" in source and ".multicast::cluster" in source
     assert "mapa.shared::cluster.u32" in source and "barrier.cluster.arrive" in source
@@ -83,8 +91,6 @@ def test_tf32_computes_c_transposed_with_b_fragments_from_registers():
     # B is read as it lies (K x N, N inner) in 128-byte chunks of 32 columns, never copied when aligned
     assert g.tma.box_a == (32, 128) and g.tma.box_b == (32, 32)
     assert d["BK"] == 32 and d["B_LOADS"] == 8 and d["SWAP_AB"]
-    assert g.pack_plan(4096, 4096, 4096, 0, 0) == (0, 0)
-    assert g.pack_plan(128, 250, 64, 0, 0) == (0, -(-64 * 252 * 4 // 256) * 256)  # N % 4: rows misaligned
     # each consumer takes 128 of the 256 columns (two m64 fragments) over all 128 rows (wgmma N)
     assert (d["ROWS"], d["COLS"], d["MI"], d["WGMMA_N"], d["ACC"]) == (128, 128, 2, 128, 128)
     source = render_kernel(c)
@@ -103,11 +109,21 @@ def test_tf32_consumers_split_columns():
         make_config("hopper", {**DEFAULT, "BM": 256}, "tf32", "sm_90")
 
 
-def test_fp16_packs_only_misaligned_operands():
-    g = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
-    assert g.pack_plan(4096, 4096, 4096, 0, 0) == (0, 0)
-    assert g.pack_plan(4096, 4096, 4096, 2, 0)[0] > 0  # A's pointer not 16-byte aligned
-    assert g.pack_plan(100, 33, 64, 0, 0) == (0, -(-64 * 40 * 2 // 256) * 256)
+def packed(launcher, m, n, k, a=0, b=0):
+    info = launcher.describe(m, n, k, a, b, resident=132)
+    return info.packed_a_bytes, info.packed_b_bytes
+
+
+@pytest.mark.nvcc
+def test_packs_only_misaligned_operands():
+    fp16 = launcher_of(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert packed(fp16, 4096, 4096, 4096) == (0, 0)
+    assert packed(fp16, 4096, 4096, 4096, a=2) == (4096 * 4096 * 2, 0)  # A's pointer not 16-byte aligned
+    assert packed(fp16, 100, 33, 64) == (0, -(-64 * 40 * 2 // 256) * 256)  # N % 8: B's rows misaligned
+    assert packed(fp16, 100, 32, 63) == (-(-100 * 64 * 2 // 256) * 256, 0)  # K % 8: A's rows
+    tf32 = launcher_of(make_config("hopper", DEFAULT, "tf32", "sm_90"))
+    assert packed(tf32, 4096, 4096, 4096) == (0, 0)  # B is read as it lies, never copied when aligned
+    assert packed(tf32, 128, 250, 64) == (0, -(-64 * 252 * 4 // 256) * 256)  # N % 4: rows misaligned
 
 
 @pytest.mark.parametrize("arch, expected", [
@@ -172,15 +188,15 @@ def test_tma_store_epilogue_and_its_map(params):
     source = render_kernel(make_config("hopper", params, "fp16", "sm_90"))
     # the third map, in the kernel, the launch and the header
     assert "const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, int M" in source
-    assert ">>>(map_a, map_b, map_c," in source
+    assert "p.maps[0], p.maps[1], p.maps[2], p.M, p.N, p.K" in source
     assert "C (M x N fp32, box 16 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
     # one rule for the kernel and the launcher
     assert "return beta == 0.0f && N % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;" in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C);" in source
-    assert "if (gg_tma_stores_c(beta, N, C)) {" in source
-    assert "memset(&map_c, 0, sizeof(map_c));" in source
-    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), C, M, N, (size_t)N,\n                                    16, 32);" in source
+    assert "out.stores_c = gg_tma_stores_c(beta, N, C);" in source and "if (p.info.stores_c) {" in source
+    assert "memset(&p.maps[2], 0, sizeof(p.maps[2]));" in source
+    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), p.C, p.M, p.N, (size_t)p.N,\n                                16, 32);" in source
     # staging (per consumer warp) after the ring, then the barriers; stores, bulk groups, the proxy
     # fence; each warp stores its own boxes: it synchronizes itself only, never the warpgroup
     assert "const unsigned full_bar = c_stage + CONSUMERS * 4 * C_BUFFERS * C_BOX_BYTES" in source
@@ -193,15 +209,21 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "v0 += beta * old.x" in source
 
 
+@pytest.mark.nvcc
 def test_tma_stores_c_only_where_the_kernel_does():
-    tma = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry.tma
-    assert tma.stores_c(4096, 0.0, 0x10000) and tma.stores_c(4, -0.0, 16)
-    assert not tma.stores_c(4096, 0.5, 0x10000)  # C is read
-    assert not tma.stores_c(4098, 0.0, 0x10000)  # rows of 16392 bytes
-    assert not tma.stores_c(4096, 0.0, 0x10008)  # base 8-byte aligned only
+    launcher = launcher_of(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+
+    def stores_c(n, beta, c):
+        return launcher.describe(64, n, 64, beta=beta, c=c, resident=132).stores_c == 1
+
+    assert stores_c(4096, 0.0, 0x10000) and stores_c(4, -0.0, 16)
+    assert not stores_c(4096, 0.5, 0x10000)  # C is read
+    assert not stores_c(4098, 0.0, 0x10000)  # rows of 16392 bytes
+    assert not stores_c(4096, 0.0, 0x10008)  # base 8-byte aligned only
     # tf32 holds C^T in its accumulators and stores it directly: no map over C, no staging
     tf32 = make_config("hopper", DEFAULT, "tf32", "sm_90")
-    assert tf32.geometry.tma.box_c is None and not tf32.geometry.tma.stores_c(4096, 0.0, 0x10000)
+    assert tf32.geometry.tma.box_c is None
+    assert launcher_of(tf32).describe(64, 4096, 64, resident=132).stores_c == 0
     assert tf32.geometry.smem_bytes == 4 * (128 * 32 * 4 + 32 * 256 * 4 + 16) + 1024
     assert "tma_c" not in render_kernel(tf32)
 
@@ -262,6 +284,7 @@ def test_sass_has_hgmma_and_tma_loads(precision, hgmma):
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
 
 
+@pytest.mark.nvcc
 def test_stream_k_point_name_geometry_and_workspace():
     c = make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
     assert c.name == "hopper_128x256_c2_s4_g8_x2_sk_bf16"
@@ -269,14 +292,15 @@ def test_stream_k_point_name_geometry_and_workspace():
                                                      "swizzle": "8", "cluster": "2", "schedule": "coop",
                                                      "streamk": "1", "overlap": "0"})
     assert resolve_point(c.name, "sm_90") == c
-    g = c.geometry
-    assert g.stream_k and g.launch_grid(4096, 4096, 132) == (132, 1, 1)
-    assert g.launch_grid(1 << 20, 1 << 20, 2000) == (1024, 1, 1)  # the flags' room: 1024 blocks
-    # 1024 blocks x 2 consumers of 4-byte flags, then a 128 x 256 fp32 partial tile per block
-    assert g.workspace_bytes(4096, 4096, 132) == STREAM_K_FLAG_BYTES + 132 * 128 * 256 * 4
-    assert STREAM_K_FLAG_BYTES == 1024 * 2 * 4
-    whole = make_config("hopper", DEFAULT, "fp16", "sm_90").geometry
-    assert not whole.stream_k and whole.workspace_bytes(4096, 4096, 132) == 0
+    assert c.geometry.stream_k
+    info = launcher_of(c).describe(4096, 4096, 4096, resident=132)
+    # a 4-byte flag per block and consumer, and a 128 x 256 fp32 partial tile per block
+    assert tuple(info.grid) == (132, 1, 1) and info.flag_words == 132 * 2
+    assert info.partial_bytes == 132 * 128 * 256 * 4
+    big = launcher_of(c).describe(1 << 20, 1 << 20, 64, resident=2000)  # a GPU of 2000 SMs: no cap
+    assert tuple(big.grid) == (2000, 1, 1) and big.flag_words == 4000
+    whole = launcher_of(make_config("hopper", DEFAULT, "fp16", "sm_90")).describe(4096, 4096, 4096, resident=132)
+    assert whole.flag_words == 0 and whole.partial_bytes == 0
 
 
 def test_stream_k_source_and_launcher():
@@ -287,13 +311,13 @@ def test_stream_k_source_and_launcher():
     # partial sums out with a release, in with an acquire, flags reset by the finishing block
     assert "st.release.gpu.global.u32" in source and "ld.acquire.gpu.global.u32" in source
     assert "sk_flags[block * 2 + consumer] = 0;" in source
-    assert "float4* const sk_slots = reinterpret_cast<float4*>(workspace + 2048);" in source
-    # the launcher: flags and slots in a zeroed buffer of its own, packed copies in another
-    assert "const size_t need = 8192 + (size_t)grid.x * 131072;" in source
-    assert "resident = 1024;  // the room of the stream-K flags" in source
-    assert "static void* packed_buffer = nullptr;" in source
+    assert "unsigned* const sk_flags = ws.flags;" in source
+    assert "float4* const sk_slots = reinterpret_cast<float4*>(ws.partials);" in source
+    # the launcher sizes both from the grid it launches
+    assert "out.flag_words = out.grid[0] * 2ULL;" in source
+    assert "out.partial_bytes = out.grid[0] * 131072ULL;" in source
     whole = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "sk_flags" not in whole and "unsigned int* const workspace = nullptr;" in whole
+    assert "sk_flags" not in whole and "out.flag_words" not in whole
 
 
 def test_stream_k_with_overlap_spills_at_most_a_few_words_outside_the_k_loop():
@@ -331,4 +355,4 @@ def test_overlap_point_name_and_source():
     assert source.count("held[flipped - 64]") == 4 + 4 + 4  # k loop, short items, the last tile
     assert "if (k_end - k_begin <= 3)" in source and "if (pending_unit >= 0) {  // the last tile's right half" in source
     plain = render_kernel(make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2}, "fp16", "sm_90"))
-    assert "held" not in plain and "for (int j = 0; j < BN / 32; ++j)" in plain
+    assert "held[" not in plain and "for (int j = 0; j < BN / 32; ++j)" in plain

@@ -1,6 +1,6 @@
 """Split-K and block swizzle in the `warp` family, without a GPU: parameters and names (the optional
-`_k` / `_g` parts), launch geometry and workspace sizes, constraints at BM = 16, the emitted
-source (header, kernel signature, launcher), and nvcc builds without spills.
+`_k` / `_g` parts), constraints at BM = 16, the emitted source (header, kernel signature,
+launcher), and nvcc builds without spills. The launcher's grid and workspace: test_launcher.py.
 
 The expected numbers are worked out by hand from the definitions in gemmgen/families/warp.py and
 templates/common.cuh.j2; the GPU tests (test_gpu_splitk.py) check the results themselves.
@@ -77,42 +77,6 @@ def test_families_without_name_options_keep_their_format():
             assert fam.name_middle(fam.defaults) == fam.name_format.format(**fam.defaults)
 
 
-# ---- geometry and workspace ---------------------------------------------------------------------
-
-def test_grid_z_is_the_split_and_the_workspace_holds_counters_and_partials():
-    # per tile: a 4-byte counter (the counters padded to 16 bytes) and split_k partial tiles
-    g = resolve_point("splitk").geometry  # 16 x 64 tiles, 8 splits: 8 * 16 * 64 * 4 = 32768 bytes a tile
-    assert g.grid(16, 4096) == (64, 1, 8)
-    assert g.workspace_bytes(16, 4096) == 64 * 4 + 64 * 32768
-    assert g.grid(17, 33) == (1, 2, 8)
-    assert g.workspace_bytes(17, 33) == 16 + 2 * 32768
-    assert g.workspace_bytes(1, 1) == 16 + 32768
-    big = warp(split_k=4).geometry  # 128 x 128 tiles: 4 * 128 * 128 * 4 = 262144 bytes a tile
-    assert big.grid(4095, 4097) == (33, 32, 4)
-    assert big.workspace_bytes(4095, 4097) == 1056 * 4 + 1056 * 262144
-
-
-def test_the_launcher_sizes_the_workspace_as_the_geometry_does():
-    for config in (resolve_point("splitk"), warp(split_k=4), warp(split_k=16, swizzle=2)):
-        source = render_kernel(config)
-        found = re.search(r"const size_t need = 4 \* \(\(tiles \+ 3\) / 4 \* 4 \+ tiles \* (\d+)\);", source)
-        assert found, config.name
-        g = config.geometry
-        for m, n in ((1, 1), (17, 33), (4095, 4097)):
-            gx, gy, _ = g.grid(m, n)
-            tiles = gx * gy
-            assert 4 * ((tiles + 3) // 4 * 4 + tiles * int(found.group(1))) == g.workspace_bytes(m, n)
-
-
-def test_no_workspace_without_split():
-    for point in NAMED_POINTS:
-        config = resolve_point(point)
-        if config.params.get("split_k", 1) == 1:
-            assert config.geometry.workspace_bytes(4096, 4096) == 0
-            assert config.geometry.grid(4096, 4096)[2] == 1
-    assert warp(swizzle=8).geometry.workspace_bytes(8192, 8192) == 0
-
-
 # ---- constraints --------------------------------------------------------------------------------
 
 def test_bm_16_thread_tiles():
@@ -146,9 +110,9 @@ def test_header_documents_split_and_workspace():
     header = header_of(render_kernel(resolve_point("splitk")))
     assert "grid = (ceil(N / 64), ceil(M / 16), 8);" in header
     assert "the last to finish adds them in split order" in header
-    assert "4 * (ceil(tiles / 4) * 4 + tiles * 8192)" in header  # 8 partial 16 x 64 tiles
-    assert "tiles = ceil(M / 16) * ceil(N / 64)" in header
-    assert "not safe for concurrent launches" in header
+    assert "a counter per C tile (zero before a launch, left zero by it)" in header
+    assert "8 partial 16 x 64 fp32 tiles per C tile (gg_splitk_needs)" in header
+    assert "The launcher below owns this workspace, one per stream and device (gg_slot)." in header
     assert "split_k=8, swizzle=1" in header
     plain = header_of(render_kernel(resolve_point("v4")))
     assert "grid = (ceil(N / 128), ceil(M / 128), 1);" in plain
@@ -160,17 +124,14 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     config = resolve_point(point)
     source = render_kernel(config)
     assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
-                     r"float alpha, .*float\* __restrict__ C, unsigned int\* __restrict__ workspace\)", source,
-                     re.DOTALL)
+                     r"float alpha, .*float\* __restrict__ C, const gg_workspace ws\)", source, re.DOTALL)
     z = config.geometry.split_k
     if not config.geometry.persistent:
-        assert f"const dim3 grid((unsigned)grid_x, (unsigned)grid_y, {z});" in source
-    assert re.search(r"<<<grid, .*\((?:map_a, map_b,(?: map_c,)?\s+)?M, N, K, alpha, A, B, beta, C, workspace\);", source,
-                     re.DOTALL)
-    if z > 1:
-        assert "gg_grow_workspace(&buffer, &buffer_bytes, need, stream)" in source
-    elif not config.geometry.pack_vec:
-        assert "unsigned int* const workspace = nullptr;" in source
+        assert f"out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, out.grid[2] = {z};" in source
+    assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\(\s*"
+                     r"(?:p\.maps\[0\], p\.maps\[1\], (?:p\.maps\[2\], )?)?p\.M, p\.N, p\.K, p\.alpha, p\.A, p\.B, "
+                     r"p\.beta, p\.C, ws\);", source, re.DOTALL)
+    assert ("gg_splitk_needs(grid_x * grid_y" in source) == (z > 1)
 
 
 def test_split_and_swizzle_code_only_where_asked():
@@ -185,7 +146,7 @@ def test_split_and_swizzle_code_only_where_asked():
     assert "gg_splitk" not in plain and not groups(plain)
     split = body(warp(split_k=4))
     assert "gg_splitk_range<BK>(K, k_begin, k_end);" in split
-    assert "if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], workspace))\n        return;" in split
+    assert "if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n        return;" in split
     assert not groups(split)
     swizzled = body(warp(swizzle=8))
     assert groups(swizzled) == {8} and "gg_splitk" not in swizzled
@@ -204,7 +165,7 @@ def test_common_helpers_keep_their_signatures():
         assert signature in source, signature
     for helper in ("gg_block_swizzle(unsigned group, int& tile_m, int& tile_n)",
                    "gg_splitk_range(int K, int& k_begin, int& k_end)",
-                   "gg_splitk_reduce(float* acc, unsigned int* __restrict__ workspace)", "__ldcg(", "__stcg("):
+                   "gg_splitk_reduce(float* acc, const gg_workspace& ws)", "__ldcg(", "__stcg("):
         assert helper in source, helper
 
 

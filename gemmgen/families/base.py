@@ -53,42 +53,29 @@ class Tma:
     """How a kernel loads A and B through the tensor memory accelerator: the box (tile) of each
     tensor map, {inner, outer} in elements, always with the 128-byte swizzle and zero fill outside
     the matrix. The maps are the kernel's first two parameters (``__grid_constant__ CUtensorMap``),
-    built at launch over A (M x K) and B (K x N), or over their packed copies in the workspace.
+    which the emitted launcher builds over A (M x K) and B (K x N), or over their packed copies.
 
-    With ``box_c``, the kernel also stores C through TMA and takes a third map, over C (fp32,
-    M x N, leading dimension N), with that box. The map can exist only where :meth:`stores_c`
-    holds (beta == 0, so C is not read; 16-byte rows and base); elsewhere the launch passes 128
-    zero bytes instead, and the kernel, deciding by the same rule, stores C directly."""
+    With ``box_c``, the kernel may also store C through TMA and takes a third map, over C (fp32,
+    M x N), with that box; the launcher and the kernel decide when by one rule
+    (gg_tma_stores_c in common.cuh.j2)."""
 
     box_a: tuple[int, int]
     box_b: tuple[int, int]
     box_c: tuple[int, int] | None = None
 
-    def stores_c(self, n: int, beta: float, c_ptr: int) -> bool:
-        """Whether a launch with this N, beta (as the kernel's float32) and C's address stores C
-        through TMA: gg_tma_stores_c in common.cuh.j2, which the kernel and the launcher use."""
-        return self.box_c is not None and beta == 0.0 and n % 4 == 0 and c_ptr % 16 == 0
-
-
-# Stream-K kernels keep a 4-byte flag per block and consumer warpgroup (at most 2) at the start of
-# their workspace, for grids of at most STREAM_K_MAX_BLOCKS blocks (more SMs than any GPU has).
-STREAM_K_MAX_BLOCKS = 1024
-STREAM_K_FLAG_BYTES = STREAM_K_MAX_BLOCKS * 2 * 4
-
 
 @dataclass(frozen=True)
 class Geometry:
-    """Launch geometry of a kernel: threads per block, the C tile one block computes, and its
-    dynamic shared memory in bytes. The grid covers C with tiles: x over N, y over M, and z over
-    the ``split_k`` parts of the K range (1: no split).
+    """What a kernel is, for its launcher to launch: threads per block, the C tile one block
+    computes, and its dynamic shared memory in bytes; the grid's kind (tiles along x over N and y
+    over M, ``split_k`` blocks along z sharing a tile's K range; or ``persistent``, one block per
+    SM walking the tiles, in clusters of ``cluster``); whether it keeps ``stream_k`` state, packs
+    misaligned operands (``pack_vec``) or loads through ``tma``.
 
-    Every kernel takes a trailing ``unsigned int* workspace`` argument. A kernel with
-    ``split_k`` > 1 needs ``workspace_bytes(m, n)`` there (common.cuh.j2's gg_splitk_reduce): one
-    counter per C tile, which must be zero before the first launch (each launch leaves them zero),
-    then every split's partial tile. A persistent ``stream_k`` kernel needs
-    ``workspace_bytes(m, n, blocks)``: a flag per block and consumer warpgroup, zero before the
-    first launch (each launch leaves them zero), then a partial tile per block. Other kernels get
-    the packed operands there (``pack_vec``, non-TMA kernels) or a null pointer.
+    These are facts of the kernel, rendered into its source. The rules that turn them into a launch
+    at a given M, N, K -- the grid, the workspace (split-K counters and partial tiles, stream-K flags
+    and slots, packed operands), which shapes are refused -- live in one place: the emitted
+    launcher (gg_describe in base.cu.j2), which gemmgen's runtime calls too.
     """
 
     block: tuple[int, int, int]
@@ -100,65 +87,11 @@ class Geometry:
     persistent: bool = False  # grid = min(tiles, SMs) blocks along x, each looping over tiles
     cluster: int = 1  # blocks per cluster (along x; persistent kernels), working on adjacent tiles
     tma: Tma | None = None
-    stream_k: bool = False  # persistent: the last partial wave's tiles shared out by k (workspace below)
+    stream_k: bool = False  # persistent: the last partial wave's tiles shared out by k
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
-
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The C tiles: (ceil(N / tile_n), ceil(M / tile_m), split_k)."""
-        return (-(-n // self.tile_n), -(-m // self.tile_m), self.split_k)
-
-    def launch_grid(self, m: int, n: int, resident: int) -> tuple[int, int, int]:
-        """The grid to launch: :meth:`grid`, or for a persistent kernel as many blocks along x as
-        can run at once (``resident``: the SM count, or with clusters of c blocks, c times the
-        number of clusters that fit), at most one per tile (with clusters: c per c tile rows of a
-        tile column). More would make a second wave of whole persistent blocks."""
-        if not self.persistent:
-            return self.grid(m, n)
-        gx, gy, _ = self.grid(m, n)
-        c = self.cluster  # a cluster takes c tile rows of one tile column at a time
-        blocks = min(resident, STREAM_K_MAX_BLOCKS) if self.stream_k else resident  # its flags' room
-        return (min(-(-gy // c) * gx, blocks // c) * c, 1, 1)
-
-    def workspace_bytes(self, m: int, n: int, blocks: int = 0) -> int:
-        """Bytes of workspace a launch at M x N needs (``blocks``: a persistent launch's grid, see
-        :meth:`launch_grid`); 0 without split-K or stream-K. With split-K, per C tile: a 4-byte
-        counter (the counters padded to 16 bytes together) and ``split_k`` fp32 partial tiles of
-        tile_m x tile_n. With stream-K: STREAM_K_FLAG_BYTES of flags (always the same room, so a
-        larger grid never finds anything but zeros there), then a tile_m x tile_n fp32 partial
-        tile per block."""
-        if self.stream_k:
-            return STREAM_K_FLAG_BYTES + blocks * self.tile_m * self.tile_n * 4
-        if self.split_k == 1:
-            return 0
-        gx, gy, _ = self.grid(m, n)
-        tiles = gx * gy
-        return 4 * (-(-tiles // 4) * 4) + tiles * self.split_k * self.tile_m * self.tile_n * 4
-
-    def pack_plan(self, m: int, n: int, k: int, a_ptr: int, b_ptr: int) -> tuple[int, int]:
-        """Bytes of workspace for the packed copies of A and of B (0: that operand is read in
-        place). A kernel with ``pack_vec`` reads an operand whose rows are not 16-byte aligned
-        (K, or N, not a multiple of pack_vec, or the pointer not 16-byte aligned) from a
-        zero-padded copy that a pack kernel writes first: A as M x roundup(K, pack_vec), B as
-        K x roundup(N, pack_vec), A's copy first, each rounded up to 256 bytes. The same rule is
-        gg_pack_plan in common.cuh.j2."""
-        if not self.pack_vec:
-            return 0, 0
-        v, esize = self.pack_vec, 16 // self.pack_vec
-
-        def copy_bytes(rows: int, cols: int) -> int:
-            return -(-rows * self.packed_ld(cols) * esize // 256) * 256
-
-        a = 0 if k % v == 0 and a_ptr % 16 == 0 else copy_bytes(m, k)
-        b = 0 if n % v == 0 and b_ptr % 16 == 0 else copy_bytes(k, n)
-        return a, b
-
-    def packed_ld(self, cols: int) -> int:
-        """The leading dimension of a packed copy whose rows hold ``cols`` elements: cols rounded
-        up to a multiple of pack_vec (16 bytes)."""
-        return -(-cols // self.pack_vec) * self.pack_vec
 
 
 @dataclass(frozen=True, eq=False)  # families are singletons: compared and hashed by identity

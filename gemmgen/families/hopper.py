@@ -52,7 +52,7 @@ With ``streamk`` = 1 (coop only), the tiles of the last, partial wave are shared
 all blocks (stream-K; where that wave is at most 3/4 full): each takes a near-equal range of their
 k tiles laid end to end, the part in its later tile first (so that all blocks read the same k
 tiles at once, from L2), and the block holding a tile's last k tiles adds the others' partial
-sums, left in the workspace (``Geometry.workspace_bytes``) with a flag each, in a fixed order, and
+sums, left in the workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and
 stores C. The schedule is HpWork in the template; the kernel decides it at run time.
 
 Where the rows of A or B are not 16-byte aligned, the launch packs that operand into zero-padded
@@ -61,7 +61,7 @@ edge of the loads and clip the stores at C's edges, and the direct stores stay i
 M, N, K >= 1 is correct.
 """
 
-from gemmgen.families.base import ELEMENT_TYPES, STREAM_K_FLAG_BYTES, STREAM_K_MAX_BLOCKS, Family, Geometry, Param, Tma, divides
+from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, divides
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
@@ -111,8 +111,7 @@ def derive(p, precision):
         "C_BOX_BYTES": C_BOX_BYTES,
         "C_BUFFERS": C_BUFFERS,
         "B_LOADS": b_loads,
-        "SK_MAX_BLOCKS": STREAM_K_MAX_BLOCKS,
-        "SK_FLAG_WORDS": STREAM_K_FLAG_BYTES // 4,
+        "SK_FLAGS_PER_BLOCK": p["consumers"],  # stream-K: a flag per consumer warpgroup of each block
         "WGMMA_K": WGMMA_K[precision],
         "WGMMA_TYPE": WGMMA_TYPE[precision],
         "TMA_TYPE": TMA_TYPE[precision],

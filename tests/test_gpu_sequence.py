@@ -1,0 +1,233 @@
+"""On the GPU: kernels used the way users use them. Every named point, and random valid points of
+every family with each option that keeps state between launches (split-K counters, stream-K flags,
+clusters, packed copies of misaligned operands), is called in ONE process over a sequence of 30
+calls (conftest.call_sequence: the old split-K failure's 1x5000x3 then 3000x1x2000, 1x1x1, K = 1,
+thin shapes, growing and shrinking, misaligned pointers; beta = 0 into NaN-poisoned C and
+beta != 0), each checked against the float64 reference. Twice:
+
+- through the emitted file, built as a library the way its header says, called as
+  gemmgen_gemm(...) as another program would call it;
+- through gemmgen's runtime (LoadedKernel), by plans and by plain launches in turn.
+
+Then the stateful kernels on two streams at once, each stream with its own workspace.
+"""
+
+import os
+import random
+import subprocess
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from conftest import call_sequence, split_points
+
+from gemmgen import verify
+from gemmgen.arch import detect_arch, parse_arch
+from gemmgen.build import build_kernel, find_tool
+from gemmgen.config import DEFAULT_ARCH, make_config
+from gemmgen.errors import InvalidPoint
+from gemmgen.families import ELEMENT_TYPES, FAMILIES
+from gemmgen.points import NAMED_POINTS
+from gemmgen.render import render_kernel
+from gemmgen.runtime import Launcher, LoadedKernel
+from gemmgen.space import load_space
+
+pytestmark = pytest.mark.gpu
+
+ARCH = detect_arch() or parse_arch(DEFAULT_ARCH)
+SEED = 20261122
+
+
+def _points() -> dict:
+    """label -> KernelConfig for the GPU here: each distinct named point, two random valid points
+    of every family the GPU runs, and points forced to each stateful option."""
+    configs = {}
+    for point in NAMED_POINTS.values():
+        if point.runs_on(ARCH):
+            config = point.config(ARCH)
+            configs.setdefault(config.name, config)
+    points = {f"named-{c.name}": c for c in configs.values()}
+    rng = random.Random(SEED)
+    for family in FAMILIES.values():
+        if not family.runs_on(ARCH.cc):
+            continue
+        space, found = load_space(family.name), 0
+        for _ in range(2000):
+            try:
+                config = make_config(family.name, space.sample(rng), rng.choice(space.precisions), ARCH)
+            except InvalidPoint:
+                continue
+            points[f"random-{config.name}"] = config
+            found += 1
+            if found == 2:
+                break
+    for label, params in split_points().items():
+        points[f"splitk-{label}"] = make_config("warp", params, "fp32", ARCH)
+    if ARCH.cc == 90:
+        base = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}
+        for precision, params in (("fp16", {**base, "streamk": 1}), ("bf16", {**base, "cluster": 2}),
+                                  ("bf16", {**base, "cluster": 2, "streamk": 1, "swizzle": 8}),
+                                  ("tf32", {**base, "streamk": 1, "cluster": 2}),
+                                  ("fp16", {**base, "BN": 128, "schedule": "pingpong", "stages": 6})):
+            config = make_config("hopper", params, precision, ARCH)
+            points[f"stateful-{config.name}"] = config
+    return points
+
+
+POINTS = _points()
+# kernels with split-K counters or stream-K flags (a few of each)
+STATEFUL = ([label for label, c in POINTS.items() if c.geometry.split_k > 1][:3]
+            + [label for label, c in POINTS.items() if c.geometry.stream_k][:3])
+
+
+# ---- building -------------------------------------------------------------------------------------
+
+def _emitted_library(config, folder) -> str:
+    """The emitted file (what `gemmgen emit` writes), built as a library with its header's flags."""
+    source, cu = render_kernel(config), folder / f"{config.name}.cu"
+    cu.write_text(source)
+    out = folder / f"lib{config.name}.so"
+    proc = subprocess.run([find_tool("nvcc"), "-O3", *config.build_arch.nvcc_flags, "-Xcompiler", "-fPIC", "-shared",
+                           str(cu), "-o", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory, build_cache):
+    """label -> (the emitted library's path, the runtime's BuildResult), all compiled at once."""
+    folder = tmp_path_factory.mktemp("emitted")
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        emitted = {label: pool.submit(_emitted_library, c, folder) for label, c in POINTS.items()}
+        runtime = {label: pool.submit(build_kernel, c) for label, c in POINTS.items()}
+        return {label: (emitted[label].result(), runtime[label].result()) for label in POINTS}
+
+
+# ---- operands and references, one set per input type, shared by the kernels -----------------------
+
+class Call:
+    """One call of a sequence: device buffers (16-byte aligned, with the pointers offset as the
+    call asks), the inputs, and the float64 reference for its alpha and beta."""
+
+    def __init__(self, gpu, rng, precision, m, n, k, a_off, b_off, c_off, alpha, beta):
+        drv, esize = gpu.drv, ELEMENT_TYPES[precision][1]
+        self.m, self.n, self.k, self.alpha, self.beta = m, n, k, alpha, beta
+        host_a = verify.random_matrix(rng, m, k, precision)
+        host_b = verify.random_matrix(rng, k, n, precision)
+        self.host_c0 = verify.random_matrix(rng, m, n, "fp32")
+        self.buffers = [drv.mem_alloc(m * k * esize + 16), drv.mem_alloc(k * n * esize + 16),
+                        drv.mem_alloc(m * n * 4 + 16), drv.mem_alloc(m * n * 4)]
+        self.a = int(self.buffers[0]) + a_off * esize
+        self.b = int(self.buffers[1]) + b_off * esize
+        self.c = int(self.buffers[2]) + 4 * c_off
+        self.c0 = int(self.buffers[3])
+        drv.memcpy_htod(self.a, host_a)
+        drv.memcpy_htod(self.b, host_b)
+        drv.memcpy_htod(self.c0, self.host_c0)
+        self.ref, self.scale = verify.host_reference(verify.as_float64(host_a, precision),
+                                                     verify.as_float64(host_b, precision), self.host_c0, alpha, beta)
+
+    def reset_c(self, drv):
+        """C = NaN where beta == 0 (unwritten elements then fail), else C0."""
+        if self.beta == 0.0:
+            drv.memset_d8(self.c, 0xFF, self.m * self.n * 4)
+        else:
+            drv.memcpy_dtod(self.c, self.c0, self.m * self.n * 4)
+
+    def check(self, drv, precision, what):
+        out = np.empty((self.m, self.n), dtype=np.float32)
+        drv.memcpy_dtoh(out, self.c)
+        verdict = verify.compare(out, self.ref, self.scale, precision, self.k)
+        assert verdict.ok, f"{what} at {self.m}x{self.n}x{self.k} (alpha={self.alpha}, beta={self.beta}): {verdict.message}"
+
+
+INPUTS = {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16", "bf16": "bf16"}  # tf32 kernels read fp32 inputs
+
+
+@lru_cache(maxsize=None)
+def _calls_of(gpu, inputs: str) -> list[Call]:
+    rng = np.random.default_rng(zlib.crc32(inputs.encode()))
+    return [Call(gpu, rng, inputs, *call) for call in call_sequence(SEED)]
+
+
+@pytest.fixture(scope="module")
+def calls(bench):
+    def get(precision):
+        return _calls_of(bench.gpu, INPUTS[precision])
+
+    yield get
+    for inputs in set(INPUTS.values()):
+        for call in _calls_of(bench.gpu, inputs):
+            for buffer in call.buffers:
+                buffer.free()
+    _calls_of.cache_clear()
+
+
+# ---- the sequences ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("label", sorted(POINTS))
+def test_sequence_through_the_emitted_library(bench, libraries, calls, label):
+    config, drv = POINTS[label], bench.gpu.drv
+    launcher = Launcher(libraries[label][0])
+    for i, call in enumerate(calls(config.precision)):
+        call.reset_c(drv)
+        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
+        bench.gpu.synchronize()
+        call.check(drv, config.precision, f"{config.name}, call {i} of the sequence")
+
+
+@pytest.mark.parametrize("label", sorted(POINTS))
+def test_sequence_through_the_runtime(bench, libraries, calls, label):
+    config, drv = POINTS[label], bench.gpu.drv
+    build = libraries[label][1]
+    assert build.ok, build.log
+    kernel = LoadedKernel(bench.gpu, config, build.library)
+    try:
+        for i, call in enumerate(calls(config.precision)):
+            call.reset_c(drv)
+            args = (call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
+            if i % 2:
+                with kernel.plan(*args) as plan:
+                    plan.run()
+                    bench.gpu.synchronize()
+            else:
+                kernel.launch(*args)
+                bench.gpu.synchronize()
+            call.check(drv, config.precision, f"{config.name}, call {i} of the sequence")
+    finally:
+        kernel.close()
+
+
+@pytest.mark.parametrize("label", STATEFUL)
+def test_two_streams_at_once_each_with_its_own_workspace(bench, libraries, calls, label):
+    """Calls of the sequence queued alternately on two streams with no wait between them: the
+    launches of the two streams may run at the same time, so they must not share split-K counters,
+    stream-K flags or partial sums."""
+    config, drv = POINTS[label], bench.gpu.drv
+    launcher = Launcher(libraries[label][0])
+    streams = [drv.Stream(), drv.Stream()]
+    sequence = calls(config.precision)[:12]
+    for call in sequence:
+        call.reset_c(drv)
+    bench.gpu.synchronize()
+    for i, call in enumerate(sequence):
+        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c,
+                        stream=streams[i % 2].handle)
+    bench.gpu.synchronize()
+    assert launcher.held(streams[0].handle).flag_bytes > 0 and launcher.held(streams[1].handle).flag_bytes > 0
+    assert launcher.held(streams[0].handle).flags != launcher.held(streams[1].handle).flags
+    for i, call in enumerate(sequence):
+        call.check(drv, config.precision, f"{config.name}, call {i} on stream {i % 2}")
+
+
+def test_the_points_cover_every_family_and_stateful_option():
+    families = {c.family.name for c in POINTS.values()}
+    assert families == {f.name for f in FAMILIES.values() if f.runs_on(ARCH.cc)}
+    assert any(c.geometry.split_k > 1 for c in POINTS.values())
+    assert any(c.geometry.pack_vec for c in POINTS.values())
+    if ARCH.cc == 90:
+        assert any(c.geometry.stream_k for c in POINTS.values())
+        assert any(c.geometry.cluster > 1 for c in POINTS.values())
+    assert len(call_sequence(SEED)) >= 25
