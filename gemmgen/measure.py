@@ -16,6 +16,7 @@ from gemmgen.cublas import BASELINE_API, Cublas
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
 from gemmgen.families import ELEMENT_TYPES
+from gemmgen.gpucheck import GpuChecker, References
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_interleaved
@@ -27,6 +28,8 @@ Launch = Callable[[], None]
 
 # The problem that is timed and stored (the checks also cover other alpha and beta).
 TIMED_ALPHA, TIMED_BETA = 1.0, 0.0
+# How a stored row says its point was timed a few runs only (Measured.cut).
+CUT_PREFIX = "timed only "
 
 
 def timed_problem_id(db: ResultsDB, shape: Shape) -> int:
@@ -49,6 +52,7 @@ class Measured:
     rel_error: float | None = None
     message: str = ""
     baseline: Timing | None = None  # cuBLAS, timed in alternation with this point (Bench.interleave)
+    cut: bool = False  # timed a few runs only: slower than the give_up_ms it was measured with
 
     @property
     def tflops(self) -> float | None:
@@ -61,7 +65,8 @@ class Measured:
 
 
 class Operands:
-    """Device buffers of one shape and precision, with the host copies of their contents."""
+    """Device buffers of one shape and precision, with the host copies of their contents and,
+    once a check asks for them, the float64 references of the product on the GPU."""
 
     def __init__(self, gpu: Gpu, shape: Shape, precision: str):
         self.gpu, self.shape, self.precision = gpu, shape, precision
@@ -73,6 +78,11 @@ class Operands:
         self.c = drv.mem_alloc(m * n * 4)
         self.c0 = drv.mem_alloc(m * n * 4)
         self.host_a = self.host_b = self.host_c0 = None
+        self.references: References | None = None  # of the current contents (GpuChecker.references)
+
+    @property
+    def filled(self) -> bool:
+        return self.host_a is not None
 
     def fill(self, rng: np.random.Generator) -> None:
         """Fresh random A, B and C0 (uniform(-1, 1), never zeros), on the host and the device."""
@@ -84,6 +94,7 @@ class Operands:
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
         drv.memcpy_htod(self.c0, self.host_c0)
+        self._drop_references()
 
     def reset_c(self, beta: float) -> None:
         """C = NaN everywhere when beta == 0 (unwritten elements then fail), else C = C0."""
@@ -98,7 +109,13 @@ class Operands:
         self.gpu.drv.memcpy_dtoh(out, self.c)
         return out
 
+    def _drop_references(self) -> None:
+        if self.references is not None:
+            self.references.free()
+            self.references = None
+
     def free(self) -> None:
+        self._drop_references()
         for buf in (self.a, self.b, self.c, self.c0):
             buf.free()
 
@@ -114,6 +131,7 @@ class Bench:
         self.interleave = interleave
         self.rng = np.random.default_rng(seed)
         self.cublas = Cublas()
+        self.checker = GpuChecker(gpu, self.cublas)
         info = gpu.info
         self.device_id = db.device(name=info.name, arch=info.arch.name, sm_count=info.sm_count,
                                    clock_mhz=info.clock_mhz, memory_clock_mhz=info.memory_clock_mhz,
@@ -133,53 +151,34 @@ class Bench:
 
     # ---- verification and timing, shared by kernels and cuBLAS ----
 
-    def _reference(self, ops: Operands, alpha: float, beta: float):
-        a64 = verify.as_float64(ops.host_a, ops.precision)
-        b64 = verify.as_float64(ops.host_b, ops.precision)
-        s = ops.shape
-        if s.m * s.n * s.k <= verify.HOST_REFERENCE_MAX_MACS:
-            return verify.host_reference(a64, b64, ops.host_c0, alpha, beta)
-        drv = self.gpu.drv
-        da, db_, dc = drv.to_device(a64), drv.to_device(b64), drv.mem_alloc(s.m * s.n * 8)
-        try:
-            product = np.empty((s.m, s.n), dtype=np.float64)
-            self.cublas.dgemm(s.m, s.n, s.k, int(da), int(db_), int(dc))
-            drv.memcpy_dtoh(product, dc)
-            drv.memcpy_htod(da, np.abs(a64))
-            drv.memcpy_htod(db_, np.abs(b64))
-            abs_product = np.empty_like(product)
-            self.cublas.dgemm(s.m, s.n, s.k, int(da), int(db_), int(dc))
-            drv.memcpy_dtoh(abs_product, dc)
-        finally:
-            for buf in (da, db_, dc):
-                buf.free()
-        ref, scale = alpha * product, abs(alpha) * abs_product
-        if beta != 0.0:
-            c0 = ops.host_c0.astype(np.float64)
-            ref += beta * c0
-            scale += np.abs(beta * c0)
-        return ref, scale
-
     def verify(self, run: Runner, ops: Operands) -> verify.Verdict:
-        """Both checks of verify.CHECKS, each on fresh random inputs; the first failure, or the
-        check with the larger error."""
+        """Both checks of verify.CHECKS on the operands' random inputs (filled once per shape and
+        precision: every kernel measured there sees the same), judged on the GPU against float64
+        references made once for them (gemmgen.gpucheck). C is reset before each check (NaN for
+        beta == 0), so no kernel passes on what another left. The first failure, or the check
+        with the larger error."""
+        if not ops.filled:
+            ops.fill(self.rng)
+        s = ops.shape
+        if ops.references is None:
+            ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision)
         worst = None
         for alpha, beta in verify.CHECKS:
-            ops.fill(self.rng)
             ops.reset_c(beta)
             run(alpha, beta)
             self.gpu.synchronize()
-            ref, scale = self._reference(ops, alpha, beta)
-            verdict = verify.compare(ops.download_c(), ref, scale, ops.precision, ops.shape.k)
+            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision)
+            verdict = verify.judge(stats, ops.precision, s.k)
             if not verdict.ok:
                 return verdict
             worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
         return worst
 
-    def time(self, ops: Operands, *launches: Launch) -> list[Timing]:
-        """The timed problem (TIMED_ALPHA, TIMED_BETA) on the last check's random inputs; C
-        poisoned and L2 flushed before every run, outside the timed region. The ``launches``
-        (already verified) run in alternation: one Timing each."""
+    def time(self, ops: Operands, *launches: Launch, give_up_ms: float | None = None) -> list[Timing]:
+        """The timed problem (TIMED_ALPHA, TIMED_BETA) on the checks' random inputs; C poisoned
+        and L2 flushed before every run, outside the timed region. The ``launches`` (already
+        verified) run in alternation: one Timing each. With ``give_up_ms``, a first launch whose
+        median after a few runs is above it stops there (runtime.time_interleaved)."""
         drv = self.gpu.drv
         mn_bytes = ops.shape.m * ops.shape.n * 4
 
@@ -187,9 +186,11 @@ class Bench:
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
             drv.memset_d8(self.flush, 0, self.flush_bytes)
 
-        return time_interleaved(self.gpu, list(launches), before, min_total_ms=self.min_total_ms)
+        return time_interleaved(self.gpu, list(launches), before, min_total_ms=self.min_total_ms,
+                                give_up_ms=give_up_ms)
 
-    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured, *launches: Launch) -> Measured:
+    def _verify_and_time(self, run: Runner, ops: Operands, result: Measured, *launches: Launch,
+                         give_up_ms: float | None = None) -> Measured:
         """Verify ``run``, then time ``launches`` (the same point's timed problem first, then
         the runs to alternate with it)."""
         try:
@@ -198,7 +199,11 @@ class Bench:
             if not verdict.ok:
                 result.status, result.message = "wrong_result", verdict.message
                 return result
-            result.timing, *rest = self.time(ops, *launches)
+            result.timing, *rest = self.time(ops, *launches, give_up_ms=give_up_ms)
+            if give_up_ms is not None and result.timing.median_ms > give_up_ms:
+                result.cut = True
+                result.message = (f"{CUT_PREFIX}{result.timing.runs} runs: slower than {give_up_ms:.4g} ms, the "
+                                  "cut for a candidate near the best so far")
             result.baseline = rest[0] if rest else None
             result.status = "ok"
         except LaunchFailed as err:
@@ -208,8 +213,10 @@ class Bench:
     # ---- the two kinds of measurement ----
 
     def measure_point(self, label: str, config: KernelConfig, shape: Shape,
-                      build: BuildResult | None = None) -> Measured:
-        """Build (unless ``build`` is given), verify, time and record ``config`` at ``shape``."""
+                      build: BuildResult | None = None, give_up_ms: float | None = None) -> Measured:
+        """Build (unless ``build`` is given), verify, time and record ``config`` at ``shape``.
+        With ``give_up_ms`` (a tuner's cut: 1.25 x its best median so far), a point whose median
+        after a few runs is above it is timed no further; its row says how many runs it had."""
         source = render_kernel(config)
         kernel_id = self.db.kernel(name=config.name, family=config.family.name, precision=config.precision,
                                    arch=config.arch.name, params=config.params, template_hash=template_hash(config),
@@ -237,7 +244,7 @@ class Bench:
                     if self.interleave:
                         cublas = self._cublas_runner(config.precision, ops)
                         launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
-                    self._verify_and_time(run, ops, result, *launches)
+                    self._verify_and_time(run, ops, result, *launches, give_up_ms=give_up_ms)
             except ShapeRefused as err:
                 result.status, result.message = "infeasible", str(err)
             except LaunchFailed as err:
@@ -290,4 +297,5 @@ class Bench:
         if self._ops is not None:
             self._ops.free()
         self.flush.free()
+        self.checker.close()
         self.cublas.close()

@@ -45,6 +45,16 @@ def _driver():
     return drv
 
 
+def device_count() -> int:
+    """How many CUDA devices this process sees; raises GpuUnavailable where it cannot ask."""
+    drv = _driver()
+    try:
+        drv.init()
+        return drv.Device.count()
+    except drv.Error as err:
+        raise GpuUnavailable(f"no usable NVIDIA GPU: {err}") from None
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     name: str
@@ -271,7 +281,8 @@ class Timing:
 
 def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: Callable[[], None], *,
                      warmup: int = 3, min_runs: int = 10, max_runs: int = 500,
-                     min_total_ms: float = 300.0) -> list[Timing]:
+                     min_total_ms: float = 300.0, give_up_ms: float | None = None,
+                     probe_runs: int = 5) -> list[Timing]:
     """Time launches in alternation with a CUDA event pair around each run, after ``warmup``
     untimed rounds: one Timing per launch.
 
@@ -280,7 +291,9 @@ def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: C
     so that the clock and temperature drift of a long measurement falls on all of them alike and
     none always follows the same neighbour: the way to compare two kernels (a point and cuBLAS).
     Rounds continue until each launch has ``min_runs`` runs and the first has ``min_total_ms`` of
-    kernel time, or ``max_runs``. Raises LaunchFailed if any run faults.
+    kernel time, or ``max_runs``. With ``give_up_ms``, they stop after ``probe_runs`` rounds where
+    the first launch's median is above it (a tuner's candidate clearly slower than its best so
+    far): its Timing then has those runs only. Raises LaunchFailed if any run faults.
     """
     drv = gpu.drv
     for _ in range(warmup):
@@ -292,6 +305,8 @@ def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: C
     times: list[list[float]] = [[] for _ in launches]
     order = list(range(len(launches)))
     while len(times[0]) < max_runs and (len(times[0]) < min_runs or sum(times[0]) < min_total_ms):
+        if give_up_ms is not None and len(times[0]) == probe_runs and sorted(times[0])[probe_runs // 2] > give_up_ms:
+            break
         for i in order:
             before()
             start.record()

@@ -1,20 +1,17 @@
 """Checking a kernel's C against a float64 reference (see gemmgen/tolerance.py for the bounds).
 
-Inputs are fresh uniform(-1, 1) random numbers for every check, never zeros. The reference is
-computed from exactly the values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32
-kernels are compared with the fp32 inputs, so their input rounding counts as error, as it should).
+Inputs are uniform(-1, 1) random numbers, never zeros. The reference is computed from exactly the
+values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32 kernels are compared with the
+fp32 inputs, so their input rounding counts as error, as it should). The statistics of C against
+it come from the host (:func:`host_stats`) or the GPU (gemmgen.gpucheck); :func:`judge` decides.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from gemmgen import tolerance
-
-# Up to this many multiply-adds the reference runs on the host with NumPy (float64 matmul);
-# above it, on the GPU with cublasDgemm: float64 as well, with the same exactly-upcast inputs, so
-# the whole matrix is still compared element by element (no sampling) at a fraction of the time.
-HOST_REFERENCE_MAX_MACS = 2**31
 
 # (alpha, beta) of the two checks: the plain product into a NaN-poisoned C (catches unwritten
 # elements and reads of C when beta == 0), then scaling and accumulation into C.
@@ -61,35 +58,66 @@ class Verdict:
     message: str
 
 
-def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Verdict:
-    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (float64, as
-    host_reference gives them) by both checks of gemmgen/tolerance.py, for inner dimension k.
-    ok when no element is NaN or Inf and both checks pass over the finite elements."""
+@dataclass(frozen=True)
+class Stats:
+    """What the checks need of C against (ref, scale), over its M x N elements: sums over the
+    finite elements of |C - ref|^2, ref^2 and scale^2; the count of elements over the elementwise
+    bound and of NaN/Inf ones; the largest |C - ref| / bound; and the first element (row-major)
+    that fails either way, with its value and the expected one. Computed on the host (host_stats)
+    or on the GPU (gpucheck); judged by :func:`judge`."""
+
+    err2: float
+    ref2: float
+    scale2: float
+    bad: int
+    nonfinite: int
+    worst: float
+    first_bad: tuple[int, int, float, float] | None = None  # (row, column, C, expected)
+
+
+def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Stats:
+    """Stats of C (float32, M x N) against ref and scale (float64) on the host."""
     finite = np.isfinite(c)
     nonfinite = int(c.size - np.count_nonzero(finite))
     err = np.abs(np.where(finite, c, 0).astype(np.float64) - ref)
     bound = tolerance.elementwise_tolerance(precision, k) * scale
     over = finite & (err > bound)
-    bad = int(np.count_nonzero(over))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
     worst = float(np.max(np.where(finite, ratios, 0.0))) if c.size else 0.0
-    err_norm = float(np.linalg.norm(err[finite]))
-    norm = tolerance.normwise_norm(float(np.linalg.norm(ref[finite])), float(np.linalg.norm(scale[finite])), k)
+    first = np.argwhere(~finite | over)
+    first_bad = None
+    if len(first):
+        i, j = (int(v) for v in first[0])
+        first_bad = (i, j, float(c[i, j]), float(ref[i, j]))
+    return Stats(float(np.sum(err[finite] ** 2)), float(np.sum(ref[finite] ** 2)), float(np.sum(scale[finite] ** 2)),
+                 int(np.count_nonzero(over)), nonfinite, worst, first_bad)
+
+
+def judge(stats: Stats, precision: str, k: int) -> Verdict:
+    """The verdict on C from its Stats: ok when no element is NaN or Inf and both checks of
+    gemmgen/tolerance.py pass over the finite elements."""
+    err_norm = math.sqrt(stats.err2)
+    norm = tolerance.normwise_norm(math.sqrt(stats.ref2), math.sqrt(stats.scale2), k)
     rel = err_norm / norm if norm > 0 else err_norm
     norm_tol = tolerance.normwise_tolerance(precision, k)
-    ok = nonfinite == 0 and bad == 0 and rel <= norm_tol
-    if ok:
-        message = ""
-    else:
-        first = np.argwhere(~finite | over)
+    ok = stats.nonfinite == 0 and stats.bad == 0 and rel <= norm_tol
+    message = ""
+    if not ok:
         where = ""
-        if len(first):
-            i, j = (int(v) for v in first[0])
-            where = f"; first bad C[{i}][{j}] = {c[i, j]!r}, expected {ref[i, j]!r}"
-        message = (f"wrong result: rel_err {rel:.3e} (tolerance {norm_tol:.1e}), {bad} element(s) over the "
-                   f"elementwise bound, {nonfinite} NaN/Inf{where}")
-    return Verdict(ok, rel, worst, bad, nonfinite, message)
+        if stats.first_bad:
+            i, j, got, expected = stats.first_bad
+            where = f"; first bad C[{i}][{j}] = {got!r}, expected {expected!r}"
+        message = (f"wrong result: rel_err {rel:.3e} (tolerance {norm_tol:.1e}), {stats.bad} element(s) over the "
+                   f"elementwise bound, {stats.nonfinite} NaN/Inf{where}")
+    return Verdict(ok, rel, stats.worst, stats.bad, stats.nonfinite, message)
+
+
+def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Verdict:
+    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (float64, as
+    host_reference gives them) by both checks of gemmgen/tolerance.py, for inner dimension k.
+    ok when no element is NaN or Inf and both checks pass over the finite elements."""
+    return judge(host_stats(c, ref, scale, precision, k), precision, k)
 
 
 def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):

@@ -77,3 +77,49 @@ def test_interleaved_timing_gives_the_point_its_own_cublas(bench):
     assert m.baseline_ratio == pytest.approx(m.baseline.median_ms / m.timing.median_ms)
     rows = bench.db.results(tag="test", status="ok", shape=(1024, 1024, 1024))  # no other cuBLAS test runs here
     assert any(r.kernel == "cublas_fp32" for r in rows)
+
+
+def test_the_gpu_check_gives_the_host_checks_statistics(bench):
+    """The same C judged on the GPU (gpucheck) and on the host (verify.host_stats): a correct C, one
+    element off, a NaN, and a row left unwritten (NaN from the poisoning), for both checks."""
+    import numpy as np
+
+    from gemmgen import verify
+
+    shape = Shape(129, 257, 77)
+    ops = bench.operands(shape, "fp16")
+    ops.fill(np.random.default_rng(5))
+    refs = bench.checker.references(ops.a, ops.b, shape.m, shape.n, shape.k, "fp16")
+    a64, b64 = verify.as_float64(ops.host_a, "fp16"), verify.as_float64(ops.host_b, "fp16")
+    try:
+        for alpha, beta in verify.CHECKS:
+            ref, scale = verify.host_reference(a64, b64, ops.host_c0, alpha, beta)
+            good = ref.astype(np.float32)
+            off, nan, unwritten = good.copy(), good.copy(), good.copy()
+            off[70, 200] += 0.5
+            nan[3, 4] = np.nan
+            unwritten[-1, :] = np.nan
+            for c in (good, off, nan, unwritten):
+                bench.gpu.drv.memcpy_htod(ops.c, np.ascontiguousarray(c))
+                on_gpu = bench.checker.stats(ops.c, refs, ops.c0, shape.m, shape.n, shape.k, alpha, beta, "fp16")
+                on_host = verify.host_stats(c, ref, scale, "fp16", shape.k)
+                assert (on_gpu.bad, on_gpu.nonfinite) == (on_host.bad, on_host.nonfinite)
+                assert on_gpu.first_bad == (pytest.approx(on_host.first_bad, nan_ok=True) if on_host.first_bad else None)
+                for field in ("err2", "ref2", "scale2", "worst"):
+                    assert getattr(on_gpu, field) == pytest.approx(getattr(on_host, field), rel=1e-9, abs=1e-300)
+                assert verify.judge(on_gpu, "fp16", shape.k).ok == verify.judge(on_host, "fp16", shape.k).ok
+            assert verify.judge(verify.host_stats(good, ref, scale, "fp16", shape.k), "fp16", shape.k).ok
+    finally:
+        refs.free()
+
+
+def test_a_kernel_that_leaves_elements_unwritten_is_caught(bench):
+    """cuBLAS asked for M - 1 rows: the last row keeps the NaN poison of the first check."""
+    shape = Shape(257, 129, 300)
+    ops = bench.operands(shape, "fp32")
+
+    def skips_last_row(alpha, beta):
+        bench.cublas.gemm("fp32", shape.m - 1, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+
+    verdict = bench.verify(skips_last_row, ops)
+    assert not verdict.ok and verdict.nonfinite == shape.n and "first bad C[256][0] = nan" in verdict.message

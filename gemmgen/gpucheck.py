@@ -1,0 +1,102 @@
+"""Verification on the GPU. The float64 references of a set of operands -- the exact product of
+its inputs and of their absolute values, by cuBLAS's dgemm -- are made once, on the GPU, and kept
+there; each result C is then reduced there to :class:`gemmgen.verify.Stats` (templates/check.cu)
+and judged by :func:`gemmgen.verify.judge`: the checks and constants of verify.compare, with a
+few numbers read back instead of M x N elements and their references.
+
+Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
+"""
+
+import numpy as np
+
+from gemmgen import tolerance, verify
+from gemmgen.paths import templates_dir
+
+KIND = {"fp32": 0, "tf32": 0, "fp16": 1, "bf16": 2}  # how templates/check.cu reads each input type
+THREADS = 256
+_OUT_WORDS = 7  # gg_compare's out: 3 doubles, 4 unsigned 64-bit words
+_OUT_INIT = np.zeros(_OUT_WORDS, dtype=np.uint64)
+_OUT_INIT[5] = np.iinfo(np.uint64).max  # the first failing element: none yet
+
+
+class References:
+    """prod = A @ B and absprod = |A| @ |B| in float64 (M x N, row-major) on the GPU."""
+
+    def __init__(self, prod, absprod):
+        self.prod, self.absprod = prod, absprod
+
+    def free(self) -> None:
+        self.prod.free()
+        self.absprod.free()
+
+
+class GpuChecker:
+    """Makes references and judges results on the GPU of ``gpu`` (gemmgen.runtime.Gpu), with
+    ``cublas`` (gemmgen.cublas.Cublas) for the float64 products."""
+
+    def __init__(self, gpu, cublas):
+        from pycuda.compiler import SourceModule
+
+        self.gpu, self.cublas, drv = gpu, cublas, gpu.drv
+        module = SourceModule((templates_dir() / "check.cu").read_text(), no_extern_c=True)
+        self._module = module
+        self._to_f64 = module.get_function("gg_to_f64")
+        self._to_f64.prepare("PiPqi")
+        self._compare = module.get_function("gg_compare")
+        self._compare.prepare("PPPPdddqP")
+        self._out = drv.mem_alloc(_OUT_WORDS * 8)
+        self._blocks_max = 8 * gpu.info.sm_count
+
+    def _grid(self, n: int) -> tuple[int, int, int]:
+        return (max(1, min(-(-n // THREADS), self._blocks_max)), 1, 1)
+
+    def references(self, a, b, m: int, n: int, k: int, precision: str) -> References:
+        """The float64 products of device operands a (M x K) and b (K x N), stored as
+        ``precision``'s inputs (fp32 for tf32)."""
+        drv, kind = self.gpu.drv, KIND[precision]
+        a64, b64 = drv.mem_alloc(m * k * 8), drv.mem_alloc(k * n * 8)
+        prod, absprod = drv.mem_alloc(m * n * 8), drv.mem_alloc(m * n * 8)
+        try:
+            for absolute, out in ((0, prod), (1, absprod)):
+                for src, dst, count in ((a, a64, m * k), (b, b64, k * n)):
+                    self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
+                                               np.int64(count), np.int32(absolute))
+                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out))
+            self.gpu.synchronize()
+        except BaseException:
+            prod.free()
+            absprod.free()
+            raise
+        finally:
+            a64.free()
+            b64.free()
+        return References(prod, absprod)
+
+    def stats(self, c, refs: References, c0, m: int, n: int, k: int, alpha: float, beta: float,
+              precision: str) -> verify.Stats:
+        """Stats of the device fp32 C (M x N) against alpha * prod + beta * C0 (C0 not read where
+        beta == 0), as verify.host_stats computes them."""
+        drv, count = self.gpu.drv, m * n
+        drv.memcpy_htod(self._out, _OUT_INIT)
+        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), refs.prod, refs.absprod, int(c0),
+                                    float(alpha), float(beta), tolerance.elementwise_tolerance(precision, k),
+                                    np.int64(count), self._out)
+        out = np.empty(_OUT_WORDS, dtype=np.uint64)
+        drv.memcpy_dtoh(out, self._out)
+        sums, words = out[:3].view(np.float64), out[3:]
+        first_bad = None
+        if int(words[2]) < count:
+            i = int(words[2])
+            got, product, start = np.empty(1, np.float32), np.empty(1, np.float64), np.zeros(1, np.float32)
+            drv.memcpy_dtoh(got, int(c) + 4 * i)
+            drv.memcpy_dtoh(product, int(refs.prod) + 8 * i)
+            if beta != 0.0:
+                drv.memcpy_dtoh(start, int(c0) + 4 * i)
+            expected = alpha * float(product[0]) + (beta * float(start[0]) if beta != 0.0 else 0.0)
+            first_bad = (i // n, i % n, float(got[0]), expected)
+        worst = float(words[3:4].view(np.float64)[0])
+        return verify.Stats(float(sums[0]), float(sums[1]), float(sums[2]), int(words[0]), int(words[1]), worst,
+                            first_bad)
+
+    def close(self) -> None:
+        self._out.free()
