@@ -13,25 +13,28 @@ row, and SQLite connections wait up to 30 s for a lock.
 
 import os
 import re
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import (JSON, DateTime, Double, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, case, create_engine, event, func, select)
+                        UniqueConstraint, case, create_engine, func, select, update)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import gemmgen
+from gemmgen.dbengine import hide_password, make_sqlite_safe, setup_lock, sqlite_connect_args, sqlite_file
 from gemmgen.errors import GemmgenError
 
 DEFAULT_URL = "sqlite:///results/gemmgen.db"
 ENV_VAR = "GEMMGEN_DB"
 STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
-SQLITE_LOCK_TIMEOUT_S = 30
+# The version of the tables below. 1: devices, kernels, problems, measurements (no version table);
+# 2: + schema_version, + claims. A database of a newer version is refused; an older one is
+# migrated (_MIGRATIONS) when opened to record.
+SCHEMA_VERSION = 2
 
 
 class ResultsDBError(GemmgenError):
@@ -52,29 +55,8 @@ def resolve_url(value: str | None) -> str:
     return url
 
 
-def hide_password(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite file URL; None for other databases, in-memory and URI-style names."""
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.query.get("uri"):
-        return None
-    if not parsed.database or parsed.database == ":memory:" or parsed.database.startswith("file:"):
-        return None
-    return Path(parsed.database)
-
-
 def _make_sqlite_parent(url: str) -> None:
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is None:
         return
     try:
@@ -190,6 +172,31 @@ class Measurement(Base):
                                                  default=lambda: datetime.now(timezone.utc))
 
 
+class SchemaVersion(Base):
+    """The one row that says which version of these tables the database holds (SCHEMA_VERSION)."""
+
+    __tablename__ = "schema_version"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+
+
+class Claim(Base):
+    """A tuner measuring a kernel build on a device for a problem: the first to insert the row
+    measures, the others wait for its result while ``owner`` (its Optuna trial id) is running."""
+
+    __tablename__ = "claims"
+    __table_args__ = (UniqueConstraint("kernel_id", "device_id", "problem_id", name="uq_claims_all"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    owner: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 default=lambda: datetime.now(timezone.utc))
+
+
 # ---- rows for printing --------------------------------------------------------------------------
 
 @dataclass
@@ -211,6 +218,7 @@ class ResultRow:
     median_ms: float | None
     min_ms: float | None
     max_ms: float | None
+    runs: int | None  # timed runs behind the median
     tflops: float | None
     rel_error: float | None
     registers: int | None
@@ -249,7 +257,7 @@ def _row(m: Measurement, k: Kernel, d: Device, p: Problem) -> ResultRow:
     return ResultRow(
         measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, arch=k.arch,
         device=d.name, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
-        median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, tflops=m.tflops, rel_error=m.rel_error,
+        median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, runs=m.runs, tflops=m.tflops, rel_error=m.rel_error,
         registers=m.registers, smem_bytes=m.smem_bytes, spill_bytes=m.spill_bytes,
         params=dict(k.params or {}), message=m.message or "", tag=m.tag, created_at=_iso_utc(m.created_at))
 
@@ -284,27 +292,35 @@ class ResultsDB:
             secret = None
         if create:
             _make_sqlite_parent(url)
-        elif (path := _sqlite_file(url)) is not None and not path.is_file():
+        elif (path := sqlite_file(url)) is not None and not path.is_file():
             raise ResultsDBError(f"no results database at {path}: nothing has been measured there (gemmgen bench "
                                  "and gemmgen tune write one); give another with --db or $GEMMGEN_DB")
         engine = None
         try:
             sqlite = make_url(url).get_backend_name() == "sqlite"
-            engine = create_engine(url, connect_args={"timeout": SQLITE_LOCK_TIMEOUT_S} if sqlite else {})
+            engine = create_engine(url, connect_args=sqlite_connect_args() if sqlite else {})
             if sqlite:
-                event.listen(engine, "connect", _sqlite_foreign_keys)
+                make_sqlite_safe(engine)
             with engine.connect() as connection:  # fails fast, and alone, where the server cannot be reached
                 missing = [t for t in Base.metadata.tables if not engine.dialect.has_table(connection, t)]
             if create:
-                _create_tables(engine)
+                with setup_lock(url):
+                    version = _upgrade(engine)
+            else:
+                version = _read_version(engine, missing)
         except (SQLAlchemyError, ImportError, ValueError) as err:
             if engine is not None:
                 engine.dispose()
             raise ResultsDBError(f"cannot open results database {shown}: "
                                  f"{_one_line(_cause(err), secret)}") from err
-        if missing and not create:
+        if version > SCHEMA_VERSION:
             engine.dispose()
-            raise ResultsDBError(f"{shown} is not a gemmgen results database (it has no table {', '.join(missing)})")
+            raise ResultsDBError(f"results database {shown} has schema version {version}; this gemmgen "
+                                 f"({gemmgen.__version__}) reads versions up to {SCHEMA_VERSION}: upgrade gemmgen")
+        core = [t for t in missing if t not in ("schema_version", "claims")]
+        if core and not create:
+            engine.dispose()
+            raise ResultsDBError(f"{shown} is not a gemmgen results database (it has no table {', '.join(core)})")
         self._engine: Engine = engine
 
     def close(self) -> None:
@@ -394,6 +410,35 @@ class ResultsDB:
                                  f"and problem_id={problem_id} must name existing rows "
                                  f"({_one_line(_cause(err), None)})") from err
             return row.id
+
+    def claim(self, *, kernel_id: int, device_id: int, problem_id: int, owner: int) -> int:
+        """Claims measuring (kernel, device, problem) for ``owner``: returns ``owner`` where this
+        call made the claim, else the owner of the claim that stands."""
+        key = dict(kernel_id=int(kernel_id), device_id=int(device_id), problem_id=int(problem_id))
+        query = select(Claim.owner).filter_by(**key)
+        with Session(self._engine) as session:
+            found = session.scalar(query)
+            if found is not None:
+                return found
+            session.add(Claim(**key, owner=int(owner), created_at=datetime.now(timezone.utc)))
+            try:
+                session.commit()
+                return int(owner)
+            except IntegrityError:  # another process claimed it first
+                session.rollback()
+                return session.scalar(query)
+
+    def take_over(self, *, kernel_id: int, device_id: int, problem_id: int, old_owner: int, new_owner: int) -> bool:
+        """Moves the claim from ``old_owner`` (no longer measuring it) to ``new_owner``; False where
+        another process took it first."""
+        statement = (update(Claim)
+                     .where(Claim.kernel_id == int(kernel_id), Claim.device_id == int(device_id),
+                            Claim.problem_id == int(problem_id), Claim.owner == int(old_owner))
+                     .values(owner=int(new_owner), created_at=datetime.now(timezone.utc)))
+        with Session(self._engine) as session:
+            taken = session.execute(statement).rowcount == 1
+            session.commit()
+            return taken
 
     def find(self, *, kernel_name: str, arch: str, source_hash: str, device_id: int, problem_id: int,
              statuses: Iterable[str] = ("ok",)) -> ResultRow | None:
@@ -489,19 +534,37 @@ def _shape(shape) -> tuple[int, int, int]:
     return M, N, K
 
 
-def _create_tables(engine: Engine, attempts: int = 5) -> None:
-    """create_all, tolerating other processes that create the same tables at the same moment."""
-    for attempt in range(attempts):
-        try:
-            Base.metadata.create_all(engine)
-            return
-        except DBAPIError:  # "table ... already exists": a concurrent create won; check again
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+def _read_version(engine: Engine, missing: list[str]) -> int:
+    """The schema version a database holds: its schema_version row, or 1 for the tables of
+    gemmgen before there was one (and for an empty database)."""
+    if "schema_version" in missing:
+        return 1
+    with Session(engine) as session:
+        return session.scalar(select(SchemaVersion.version)) or 1
 
 
-def _sqlite_foreign_keys(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+def _upgrade(engine: Engine) -> int:
+    """Creates the missing tables, migrates an older schema and records SCHEMA_VERSION; returns
+    the version the database held (call under setup_lock). A newer one is left as it is."""
+    with engine.connect() as connection:
+        has_version = engine.dialect.has_table(connection, "schema_version")
+    version = _read_version(engine, [] if has_version else ["schema_version"])
+    if version > SCHEMA_VERSION:
+        return version
+    Base.metadata.create_all(engine)  # new tables; migrations below change existing ones
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        if target in _MIGRATIONS:
+            _MIGRATIONS[target](engine)
+    with Session(engine) as session:
+        row = session.scalar(select(SchemaVersion))
+        if row is None:
+            session.add(SchemaVersion(id=1, version=SCHEMA_VERSION))
+        else:
+            row.version = SCHEMA_VERSION
+        session.commit()
+    return version
+
+
+# version -> what turns the version before it into it, beyond creating new tables (done first).
+# 2 adds the tables schema_version and claims: nothing more to do.
+_MIGRATIONS: dict[int, Callable[[Engine], None]] = {}
