@@ -84,57 +84,63 @@ def _stored_best(args: argparse.Namespace):
 def cmd_tune(args: argparse.Namespace) -> int:
     import os
 
-    from gemmgen.db import ResultsDB, resolve_url
-    from gemmgen.measure import Bench
+    from gemmgen.db import resolve_url
     from gemmgen.problem import parse_shape
-    from gemmgen.runtime import Gpu
+    from gemmgen.runtime import device_count
     from gemmgen.space import load_space
-    from gemmgen.tune import Tuner
+    from gemmgen.tune.devices import TuneSpec, parse_devices, tune
+    from gemmgen.tune.progress import Progress
 
     space = load_space(args.family)
     precision = args.precision or space.precisions[0]
-    shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
-    wanted = parse_arch(args.gpu) if args.gpu else None
+    if precision not in space.precisions:
+        raise InvalidParameter(f"the {space.family} search space does not take precision {precision!r}; it takes: "
+                               f"{', '.join(space.precisions)}")
+    shapes = tuple(parse_shape(s) for s in (args.shape or ["4096"]))
+    if args.gpu:
+        parse_arch(args.gpu)
     if args.trials < 1:
         raise InvalidParameter("--trials must be at least 1")
+    devices = parse_devices(args.devices, device_count())
     url = resolve_url(args.db)
-    with Gpu() as gpu:
-        if wanted and wanted.cc != gpu.info.arch.cc:
-            raise GemmgenError(f"--gpu {wanted.name} asks to tune for {wanted.name}, but the GPU here is "
-                               f"{gpu.info.name} ({gpu.info.arch.name}); timings need that GPU, so tune on it")
-        db = ResultsDB(url)
-        bench = Bench(gpu, db, tag=None, seed=args.seed)
-        try:
-            tuner = Tuner(bench, space, precision, gpu.info.arch, shapes, study=args.study, storage=url,
-                          sampler=args.sampler, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
-                          compile_timeout_s=args.compile_timeout, log=lambda line: print(line, file=sys.stderr))
-            bench.tag = tuner.study_name
-            print(f"gemmgen tune: study {tuner.study_name} in {url}; {tuner.jobs} compile worker(s); "
-                  f"{gpu.info.name}", file=sys.stderr)
-            report = tuner.run(args.trials, args.timeout)
-        finally:
-            bench.close()
-    print_tune_report(report, space.family, precision, shapes, tuner.jobs, gpu.info.arch.name)
+    spec = TuneSpec(space.family, precision, shapes, url, args.study, args.sampler, args.seed, args.trials,
+                    args.timeout, args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu)
+    print(f"gemmgen tune: {space.family} {precision} at {', '.join(str(s) for s in shapes)} on "
+          f"{', '.join(f'GPU{d}' for d in devices)}; results and study in {url}", file=sys.stderr)
+    progress = Progress(args.trials, [f"GPU{d}" for d in devices] if len(devices) > 1 else [""])
+    try:
+        report = tune(spec, devices, progress)
+    finally:
+        progress.close()
+    print_tune_report(report, space.family, precision, list(shapes), spec.jobs, args.gpu)
     return 130 if report.interrupted else 0
 
 
-def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str) -> None:
+def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str | None) -> None:
     shape_args = " ".join(f"--shape {s}" for s in shapes)
     print(f"study {report.study}: {report.trials} trials in {report.seconds / 60:.1f} min "
           f"({report.trials_per_minute:.1f} trials/min, {jobs} compile workers); "
-          f"{report.infeasible} infeasible points rejected before compiling")
-    if report.best:
+          f"{report.infeasible} points that break a constraint drawn and dropped")
+    if report.retimed:
+        print("the best, re-timed in alternation with cuBLAS (as gemmgen bench times them):")
+        for r in report.retimed:
+            ratio = f"{100 * r.ratio:.1f}% of cuBLAS" if r.ratio else "-"
+            print(f"  {r.name}  {r.tflops:.2f} TFLOP/s  {ratio}")
+        winner = report.retimed[0]
+        print("  " + ", ".join(f"{k}={v}" for k, v in winner.config.params.items()))
+    elif report.best:
         best = report.best
         line = f"best: {best.name}  {best.tflops:.2f} TFLOP/s"
         if report.baseline_tflops:
             line += f"  ({100 * best.tflops / report.baseline_tflops:.1f}% of cuBLAS {report.baseline_tflops:.2f})"
-        for name, tflops in report.named.items():
-            line += f"  {best.tflops / tflops:.2f}x {name} ({tflops:.2f})"
         print(line)
-        print("  " + ", ".join(f"{k}={v}" for k, v in best.config.params.items()))
-        print(f"emit: gemmgen emit best --family {family} --precision {precision} {shape_args} --gpu {arch}")
     else:
         print("no verified point yet")
+    if report.best or report.retimed:
+        for name, tflops in report.named.items():
+            print(f"  named point {name}: {tflops:.2f} TFLOP/s in this study")
+        print(f"emit: gemmgen emit best --family {family} --precision {precision} {shape_args}"
+              + (f" --gpu {arch}" if arch else ""))
     if report.interrupted:
         print(f"interrupted: every trial so far is stored; resume with: gemmgen tune --family {family} "
               f"--precision {precision} {shape_args} --study {report.study}")
@@ -208,7 +214,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
     url = resolve_url(args.db)
-    with Gpu() as gpu:
+    with Gpu(args.device) as gpu:
         db = ResultsDB(url)
         arch = gpu.info.arch
         if args.suite:
@@ -262,7 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
-RESULT_COLUMNS = ["kernel", "precision", "arch", "device", "M", "N", "K", "status", "median_ms", "tflops",
+RESULT_COLUMNS = ["kernel", "precision", "arch", "device", "M", "N", "K", "status", "median_ms", "runs", "tflops",
                   "rel_error", "created_at"]
 
 
@@ -337,13 +343,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
     p.add_argument("--seed", type=int, help="seed of the random inputs")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="the GPU to measure on (default 0)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     _add_db_argument(p)
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("tune", help="Optuna search over a family's space on the GPU present; stores every trial")
+    p = sub.add_parser("tune", help="Optuna search over a family's space on the GPUs present; stores every trial")
     p.add_argument("--family", required=True, choices=list(FAMILIES))
     p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
+    p.add_argument("--devices", default="0", metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
+                   "one study (default 0)")
     p.add_argument("--precision", help="default: the first in the family's search space")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
                    "mean of TFLOP/s over the shapes (default 4096)")
@@ -353,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", help="study name (default: family-precision-arch-shapes)")
     p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")
     p.add_argument("--seed", type=int)
-    p.add_argument("--jobs", type=int, help="compile worker processes (default: one per CPU core)")
+    p.add_argument("--jobs", type=int, help="compile worker processes in all, shared among the devices (default: "
+                   "one per CPU core)")
     p.add_argument("--compile-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="time limit of one compile (default 120)")
     _add_db_argument(p)

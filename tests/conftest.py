@@ -11,6 +11,7 @@ by the GPU-free module and run by its GPU twin), and helpers to build, compile a
 import random
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +48,68 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=gpu_missing()))
         elif "nvcc" in item.keywords and nvcc_missing():
             item.add_marker(pytest.mark.skip(reason=f"nvcc not available: {nvcc_missing()}"))
+
+
+@lru_cache(maxsize=None)
+def postgres_missing() -> str | None:
+    """Why no throwaway PostgreSQL server can be started here, or None."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "the psycopg driver is not installed (pip install 'gemmgen[postgres]')"
+    if not _postgres_bin("initdb"):
+        return "PostgreSQL's server programs (initdb, pg_ctl) are not installed (apt-get install postgresql)"
+    return None
+
+
+def _postgres_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of the test session's own, on a Unix socket in a temporary folder (no
+    network): a function that makes a fresh database and returns its SQLAlchemy URL. Skips with
+    the reason where no server can be started."""
+    if postgres_missing():
+        pytest.skip(postgres_missing())
+    import os
+
+    import psycopg
+
+    # not under pytest's temporary tree, which only root may enter
+    folder = Path(tempfile.mkdtemp(prefix="gemmgen-postgres-"))
+    data, socket = folder / "data", folder / "socket"
+    socket.mkdir()
+    as_user = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: run the server as the postgres user
+        shutil.chown(folder, "postgres")
+        shutil.chown(socket, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = 5400 + os.getpid() % 500
+    subprocess.run([*as_user, _postgres_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "gemmgen"],
+                   check=True, capture_output=True)
+    subprocess.run([*as_user, _postgres_bin("pg_ctl"), "-D", str(data), "-w", "-l", str(folder / "log"), "-o",
+                    f"-c listen_addresses='' -k {socket} -p {port} -c max_connections=200", "start"],
+                   check=True, capture_output=True)
+    counter = iter(range(10**6))
+
+    def new_database() -> str:
+        name = f"t{next(counter)}"
+        with psycopg.connect(host=str(socket), port=port, user="gemmgen", dbname="postgres", autocommit=True) as c:
+            c.execute(f"CREATE DATABASE {name}")
+        return f"postgresql+psycopg://gemmgen@/{name}?host={socket}&port={port}"
+
+    try:
+        yield new_database
+    finally:
+        subprocess.run([*as_user, _postgres_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

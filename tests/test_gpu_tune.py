@@ -33,7 +33,10 @@ def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
     assert len(measured) == 10
     # every trial is stored: one row per measured kernel (one shape), one per infeasible point,
     # and the cuBLAS baseline; a trial's state follows its row's status
-    stored = db.results(tag="gpu-test")
+    final = db.results(tag="gpu-test:final")  # the best re-timed in alternation with cuBLAS at the end
+    assert {r.kernel for r in final} == {r.name for r in report.retimed} | {"cublas_fp32"}
+    assert report.retimed[0].ratio == max(r.ratio for r in report.retimed) > 0
+    stored = db.results(tag="gpu-test")  # the trials' own rows
     rows = {r.kernel: r for r in stored}
     measured_rows = [r for r in stored if r.status != "infeasible"]
     assert len({r.kernel for r in measured_rows}) == len(measured_rows)  # nothing measured twice

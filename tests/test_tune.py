@@ -6,59 +6,16 @@ from concurrent.futures import ProcessPoolExecutor
 
 import optuna
 import pytest
+from fakes import SHAPES, SM90, FakeBench, fake_compile, fake_tflops
 
 from gemmgen import tune
-from gemmgen.arch import parse_arch
-from gemmgen.build import BuildResult, build_kernel
+from gemmgen.build import build_kernel
 from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
-from gemmgen.measure import Measured, timed_problem_id
+from gemmgen.points import point_spec
 from gemmgen.problem import Shape
-from gemmgen.render import render_kernel, source_hash
-from gemmgen.runtime import Timing
 from gemmgen.space import load_space
-
-SM90 = parse_arch("sm_90")
-SHAPES = [Shape(256, 256, 256)]
-
-
-def fake_tflops(config) -> float:
-    """Deterministic 'speed': bigger tiles and double buffering are faster."""
-    p, g = config.params, config.geometry
-    return g.tile_m * g.tile_n / 1000.0 + p.get("buffers", 1) + p.get("BK", 0) / 100.0
-
-
-def fake_compile(family, params, precision, arch, timeout_s):
-    return BuildResult(True, "fake", "")
-
-
-class FakeBench:
-    """Stands in for gemmgen.measure.Bench: same interface, no GPU; records like the real one."""
-
-    def __init__(self, db: ResultsDB, wrong: set[str] = frozenset()):
-        self.db, self.wrong, self.measured, self.stop_after, self.tuner = db, wrong, [], None, None
-        self.device_id = db.device(name="Fake GPU", arch="sm_90", sm_count=1, clock_mhz=1, memory_clock_mhz=1,
-                                   driver_version="0", cuda_version="0")
-
-    def measure_cublas(self, precision, shape):
-        return Measured("cublas", f"cublas_{precision}", precision, shape, "ok", Timing(1.0, 1.0, 1.0, 1))
-
-    def measure_point(self, label, config, shape, build=None):
-        self.measured.append(config.name)
-        status = "wrong_result" if config.name in self.wrong else "ok"
-        ms = shape.flops / (fake_tflops(config) * 1e12) * 1e3
-        m = Measured(label, config.name, config.precision, shape, status,
-                     Timing(ms, ms, ms, 10) if status == "ok" else None, 1e-7)
-        kernel_id = self.db.kernel(name=config.name, family=config.family.name, precision=config.precision,
-                                   arch=config.arch.name, params=config.params,
-                                   source_hash=source_hash(render_kernel(config)))
-        self.db.record(kernel_id=kernel_id, device_id=self.device_id,
-                       problem_id=timed_problem_id(self.db, shape), status=status,
-                       median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag="test")
-        if self.stop_after and len(self.measured) == self.stop_after:
-            self.tuner.request_stop()
-        return m
 
 
 @pytest.fixture
@@ -100,19 +57,28 @@ def test_first_trial_is_the_named_point_and_best_is_tracked(url):
     assert report.baseline_tflops == pytest.approx(SHAPES[0].flops / 1e-3 / 1e12)
 
 
-def test_infeasible_points_never_reach_the_compiler(url):
+def test_infeasible_points_are_drawn_and_dropped_never_stored(url):
+    """The warp space is mostly points whose warp tile is not 32 threads: the sampler drops them
+    before Optuna makes trials of them; they are counted, not stored, never compiled."""
     db = ResultsDB(url)
     bench = FakeBench(db)
     report = make_tuner(url, bench, seed=3).run(30)
     trials = optuna.load_study(study_name="s", storage=url).trials
+    assert report.infeasible > 30  # counted
+    assert not [t for t in trials if t.state.name == "PRUNED"] and not db.results(status="infeasible")
+    assert len(trials) == report.trials == 30
+    for name in bench.measured:  # every point measured is feasible
+        assert make_config("warp", point_spec(name)[2], "fp32", SM90).name == name
+
+
+def test_a_grid_prunes_and_counts_its_infeasible_points(url):
+    bench = FakeBench(ResultsDB(url))
+    report = make_tuner(url, bench, sampler="grid", family="register").run(4)
+    trials = optuna.load_study(study_name="s", storage=url).trials
     pruned = [t for t in trials if t.state.name == "PRUNED"]
-    assert pruned, "the warp space holds points whose warp tile is not 32 threads"
-    for t in pruned:
-        assert t.user_attrs["status"] == "infeasible" and t.user_attrs["kernel"] not in bench.measured
-    rows = db.results(status="infeasible")
-    assert len(rows) == len(pruned) == report.infeasible
-    assert all(r.message and r.status == "infeasible" for r in rows)
-    assert report.trials == 30  # feasible trials; the infeasible ones are not counted
+    assert report.infeasible == len(pruned) and report.trials == 4
+    assert all(t.user_attrs["status"] == "infeasible" and t.user_attrs["kernel"] not in bench.measured
+               for t in pruned)
 
 
 def test_wrong_results_fail_the_trial(url):
@@ -169,3 +135,35 @@ def test_parallel_compile_pool_builds_real_cubins(tmp_path, monkeypatch):
     assert all(r.ok and r.cubin.is_file() for r in results)
     again = build_kernel(make_config("register", points[0], "fp32", SM90))
     assert again.cached and again.cubin.read_bytes() == results[0].cubin.read_bytes()
+
+
+def test_devices_are_parsed_and_checked():
+    from gemmgen.tune.devices import parse_devices
+
+    assert parse_devices("0", 1) == [0] and parse_devices("0,1", 2) == [0, 1] and parse_devices(" all ", 4) == [0, 1, 2, 3]
+    for text, count in (("2", 2), ("0,0", 2), ("", 2), ("x", 2), ("all", 0), ("-1", 2)):
+        with pytest.raises(GemmgenError, match="--devices"):
+            parse_devices(text, count)
+
+
+def test_a_candidate_slower_than_the_cut_is_timed_no_further(url):
+    """After a first point is measured, every later one is measured with a cut of GIVE_UP times
+    the best median so far; one slower than it is stored as cut and does not move the best."""
+    bench = FakeBench(ResultsDB(url))
+    make_tuner(url, bench, seed=2).run(12, retime=False)
+    ms = [SHAPES[0].flops / (fake_tflops(make_config("warp", point_spec(n)[2], "fp32", SM90)) * 1e9) for n in bench.measured]
+    assert bench.give_ups[0] is None and all(g is not None for g in bench.give_ups[1:])
+    for i, cut in enumerate(bench.give_ups[1:], 1):  # GIVE_UP x the best fully timed point measured before
+        earlier = [m for m, g in zip(ms[:i], bench.give_ups[:i]) if g is None or m <= g]
+        assert cut == pytest.approx(tune.loop.GIVE_UP * min(earlier))
+    assert bench.give_ups[1:] == sorted(bench.give_ups[1:], reverse=True)
+    assert any(m > g for m, g in zip(ms[1:], bench.give_ups[1:])), "no candidate was slower than its cut: nothing tested"
+
+
+def test_the_best_are_retimed_against_cublas_at_the_end(url):
+    bench = FakeBench(ResultsDB(url))
+    report = make_tuner(url, bench, seed=4).run(6)
+    assert 1 <= len(report.retimed) <= tune.loop.RETIME_TOP and bench.retimed == [r.name for r in report.retimed] or \
+        sorted(bench.retimed) == sorted(r.name for r in report.retimed)
+    assert report.retimed[0].ratio is not None
+    assert [r.ratio for r in report.retimed] == sorted((r.ratio for r in report.retimed), reverse=True)

@@ -1,0 +1,16 @@
+"""`gemmgen tune`: Optuna searches over a family's space, on one GPU or several, by one process
+or many at once on one study.
+
+- :mod:`gemmgen.tune.loop`: one tuner (one GPU): ask, compile ahead, measure, record.
+- :mod:`gemmgen.tune.sampler`: the samplers, drawing feasible points only.
+- :mod:`gemmgen.tune.storage`: the study in the results database, safe for many tuners.
+- :mod:`gemmgen.tune.devices`: one tuner per GPU of this machine, on one study.
+- :mod:`gemmgen.tune.progress`: what a run shows while it goes.
+"""
+
+from gemmgen.tune.loop import (Budget, Retimed, TrialOutcome, Tuner, TuneReport, _compile, named_points_in,
+                               study_name)
+from gemmgen.tune.sampler import SAMPLERS, make_sampler
+
+__all__ = ["SAMPLERS", "Budget", "Retimed", "TrialOutcome", "TuneReport", "Tuner", "_compile", "make_sampler",
+           "named_points_in", "study_name"]
