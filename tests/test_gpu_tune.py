@@ -31,8 +31,8 @@ def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
     trials = optuna.load_study(study_name="gpu-test", storage=url).trials
     measured = [t for t in trials if t.state.name != "PRUNED"]  # pruned: infeasible, not counted
     assert len(measured) == 10
-    # every trial is stored: one row per measured kernel (one shape), one per infeasible point,
-    # and the cuBLAS baseline; a trial's state follows its row's status
+    # every trial is stored: one row per measured kernel (one shape) and the cuBLAS baseline; a
+    # trial's state follows its row's status
     final = db.results(tag="gpu-test:final")  # the best re-timed in alternation with cuBLAS at the end
     assert {r.kernel for r in final} == {r.name for r in report.retimed} | {"cublas_fp32"}
     assert report.retimed[0].ratio == max(r.ratio for r in report.retimed) > 0
@@ -47,3 +47,22 @@ def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
         if row.status == "ok":
             assert t.value == pytest.approx(row.tflops)
     assert rows["warp_128x128x8_w64x32_t8x8_b2_fp32"].status == "ok"
+
+
+def test_device_workers_share_one_study_and_count(tmp_path):
+    """The --devices path (one process per GPU, a shared trial count, the parent re-timing the best),
+    on GPU 0 alone: the trials asked are the trials done, and the best is re-timed against cuBLAS."""
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.tune.devices import TuneSpec, _tune_in_processes
+    from gemmgen.tune.progress import Progress
+
+    url = f"sqlite:///{tmp_path / 'devices.db'}"
+    spec = TuneSpec("warp", "fp32", (Shape(512, 512, 512),), url, "devices", "random", 1, 6, None, 4, 120.0, None)
+    events = []
+    progress = Progress(6, ["GPU0"], live=False)
+    report = _tune_in_processes(spec, [0], lambda e: (events.append(e), progress(e)))
+    assert report.trials == 6 and not report.interrupted
+    assert sum(1 for e in events if e["event"] == "trial") == 6 and all(e["device"] == "GPU0" for e in events)
+    trials = optuna.load_study(study_name="devices", storage=url).trials
+    assert sum(1 for t in trials if t.state.name == "COMPLETE") == 6
+    assert report.retimed and report.retimed[0].ratio > 0

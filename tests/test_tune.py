@@ -167,3 +167,28 @@ def test_the_best_are_retimed_against_cublas_at_the_end(url):
         sorted(bench.retimed) == sorted(r.name for r in report.retimed)
     assert report.retimed[0].ratio is not None
     assert [r.ratio for r in report.retimed] == sorted((r.ratio for r in report.retimed), reverse=True)
+
+
+def test_progress_lines_and_live_bars():
+    """Off a terminal, one line per trial on the stream; on one (tqdm), a bar per device. Notes
+    (the cuBLAS baseline, the first compiles) show either way."""
+    import io
+
+    from gemmgen.tune.progress import Progress
+
+    event = {"event": "trial", "device": "GPU1", "name": "warp_x", "status": "ok", "tflops": 40.0, "stored": False,
+             "full": True, "best_tflops": 41.0, "base_tflops": 50.0}
+    out = io.StringIO()
+    lines = Progress(10, ["GPU0", "GPU1"], stream=out, live=False)
+    lines({"event": "note", "device": "GPU0", "text": "measuring cuBLAS at 64x64x64"})
+    lines(event)
+    lines({**event, "full": False, "tflops": 10.0})
+    text = out.getvalue().splitlines()
+    assert text[0] == "gemmgen tune [GPU0]: measuring cuBLAS at 64x64x64"
+    assert text[1].startswith("[1/10] GPU1 warp_x: 40.00 TFLOP/s | best 41.00 TFLOP/s (82% of cuBLAS) | ")
+    assert "trials/min | about" in text[1] and "(timed a few runs: slower than the best)" in text[2]
+    out = io.StringIO()
+    bars = Progress(10, ["GPU0", "GPU1"], stream=out, live=True)
+    bars(event)
+    bars.close()
+    assert "GPU1" in out.getvalue() and "1/10" in out.getvalue() and "best 41.00 TFLOP/s (82% of cuBLAS)" in out.getvalue()
