@@ -422,3 +422,47 @@ def test_a_sqlite_folder_that_cannot_be_made(tmp_path):
     blocker.write_text("")
     with pytest.raises(GemmgenError, match="cannot create folder"):
         ResultsDB(f"sqlite:///{blocker / 'sub' / 'r.db'}")
+
+
+def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_path):
+    """Schema 1 had no schema_version and no claims table: recording adds both and keeps the rows."""
+    from gemmgen.db import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    with ResultsDB(url) as db:
+        device = db.device(**H100)
+    with sqlite3.connect(path) as c:  # back to schema 1
+        c.execute("DROP TABLE claims")
+        c.execute("DROP TABLE schema_version")
+    with ResultsDB(url, create=False) as db:  # reading an older schema is fine, and changes nothing
+        assert db.results() == []
+    with sqlite3.connect(path) as c:
+        assert not c.execute("SELECT name FROM sqlite_master WHERE name IN ('claims', 'schema_version')").fetchall()
+    with ResultsDB(url) as db:
+        assert db.device(**H100) == device  # the old rows are there
+    with sqlite3.connect(path) as c:
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 2
+        assert c.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
+
+
+def test_a_database_of_a_newer_schema_is_refused_naming_both_versions(tmp_path):
+    path = tmp_path / "new.db"
+    ResultsDB(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE schema_version SET version = 7")
+    for create in (True, False):
+        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 2: "
+                                               r"upgrade gemmgen"):
+            ResultsDB(f"sqlite:///{path}", create=create)
+
+
+def test_claims_go_to_the_first_and_can_be_taken_over(tmp_path):
+    with ResultsDB(f"sqlite:///{tmp_path / 'c.db'}") as db:
+        key = dict(kernel_id=db.kernel(name="k", family="warp", precision="fp32", arch="sm_90", params={}),
+                   device_id=db.device(**H100), problem_id=db.problem(1, 2, 3, 1.0, 0.0))
+        assert db.claim(**key, owner=11) == 11  # claimed now
+        assert db.claim(**key, owner=12) == 11  # the claim that stands
+        assert not db.take_over(**key, old_owner=12, new_owner=13)  # 12 never held it
+        assert db.take_over(**key, old_owner=11, new_owner=12)
+        assert db.claim(**key, owner=14) == 12
