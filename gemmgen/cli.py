@@ -92,10 +92,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from gemmgen.tune.progress import Progress
 
     space = load_space(args.family)
-    precision = args.precision or space.precisions[0]
-    if precision not in space.precisions:
-        raise InvalidParameter(f"the {space.family} search space does not take precision {precision!r}; it takes: "
-                               f"{', '.join(space.precisions)}")
+    precision = space.precision(args.precision)
     shapes = tuple(parse_shape(s) for s in (args.shape or ["4096"]))
     if args.gpu:
         parse_arch(args.gpu)

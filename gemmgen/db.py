@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from sqlalchemy import (JSON, DateTime, Double, ForeignKey, Index, Integer, String, Text,
                         UniqueConstraint, case, create_engine, func, select, update)

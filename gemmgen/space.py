@@ -20,6 +20,15 @@ class SearchSpace:
         """One point drawn uniformly from the space (it may still break a constraint)."""
         return {name: rng.choice(values) for name, values in self.params.items()}
 
+    def precision(self, asked: str | None) -> str:
+        """The precision to tune: ``asked``, or the space's first. Raises GemmgenError where the
+        space does not take it."""
+        precision = asked or self.precisions[0]
+        if precision not in self.precisions:
+            raise GemmgenError(f"the {self.family} search space does not take precision {precision!r}; "
+                               f"it takes: {', '.join(self.precisions)}")
+        return precision
+
     @property
     def size(self) -> int:
         n = 1

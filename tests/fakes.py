@@ -1,7 +1,6 @@
 """A stand-in for the GPU step of tuning, for the GPU-free tuner tests (test_tune.py) and for
 worker processes they start (tune_worker.py): deterministic speeds, real database records."""
 
-import os
 import time
 
 from gemmgen.arch import parse_arch

@@ -34,7 +34,7 @@ from optuna.trial import TrialState
 
 from gemmgen.build import DEFAULT_TIMEOUT_S, BuildResult, build_kernel
 from gemmgen.config import KernelConfig, make_config
-from gemmgen.errors import GemmgenError, InvalidPoint
+from gemmgen.errors import InvalidPoint
 from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
@@ -155,6 +155,8 @@ class _Work:
     future: Future | None = None
     owner: int | None = None
     outcome: TrialOutcome | None = None
+    source: str = ""  # the point's source hash (for the stored rows)
+    claim: dict | None = None  # its claim's key (ResultsDB.claim), where it waits on one
 
 
 def _lower_best(best_ms: dict, outcome: TrialOutcome) -> None:
@@ -181,10 +183,7 @@ class Tuner:
                  log: Callable[[str], None] = print, progress: Callable[[dict], None] | None = None,
                  device: str = "", heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
                  grace_period_s: int = GRACE_PERIOD_S):
-        if precision not in space.precisions:
-            raise GemmgenError(f"the {space.family} search space does not take precision {precision!r}; "
-                               f"it takes: {', '.join(space.precisions)}")
-        self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, precision, arch, shapes
+        self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, space.precision(precision), arch, shapes
         self.jobs, self.compile_timeout_s, self.log = max(1, jobs), compile_timeout_s, log
         self.device = device
         self._progress = progress or self._log_progress
@@ -192,7 +191,6 @@ class Tuner:
         self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
-        self._heartbeat_interval_s = heartbeat_interval_s
         first = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)]
         self.study = open_study(self.storage, storage, self.study_name, self.sampler, first)
         self._stop = threading.Event()
@@ -210,9 +208,10 @@ class Tuner:
     def _params(self, trial: optuna.Trial) -> dict:
         return {name: trial.suggest_categorical(name, list(values)) for name, values in self.space.params.items()}
 
-    def _stored(self, config: KernelConfig) -> list[Measured] | None:
-        """Every shape's stored measurement of this exact build on this device, or None."""
-        db, src = self.bench.db, source_hash(render_kernel(config))
+    def _stored(self, config: KernelConfig, src: str) -> list[Measured] | None:
+        """Every shape's stored measurement of this exact build (``src``: its source hash) on this
+        device, or None."""
+        db = self.bench.db
         found = []
         for shape in self.shapes:
             row = db.find(kernel_name=config.name, arch=config.arch.name, source_hash=src,
@@ -225,11 +224,11 @@ class Tuner:
                                   row.rel_error, row.message or "", cut=(row.message or "").startswith(CUT_PREFIX)))
         return found
 
-    def _claim_key(self, config: KernelConfig) -> dict:
+    def _claim_key(self, config: KernelConfig, src: str) -> dict:
         db = self.bench.db
         kernel_id = db.kernel(name=config.name, family=config.family.name, precision=config.precision,
                               arch=config.arch.name, params=config.params, template_hash=template_hash(config),
-                              source_hash=source_hash(render_kernel(config)))
+                              source_hash=src)
         return dict(kernel_id=kernel_id, device_id=self.bench.device_id,
                     problem_id=timed_problem_id(db, self.shapes[0]))
 
@@ -300,7 +299,7 @@ class Tuner:
         base_tflops = geometric_mean(base) if all(base) else None
         best_ms = self._best_stored_ms()
         state = {"best": None, "named": {}, "done": 0, "pruned": 0, "asks": 0}
-        heartbeat = Heartbeat(self.storage, self._heartbeat_interval_s)
+        heartbeat = Heartbeat(self.storage)
         work_q: queue.Queue = queue.Queue()
         done_q: queue.Queue = queue.Queue()
         gpu = threading.Thread(target=self._gpu_thread, args=(work_q, done_q, best_ms), name="gemmgen-gpu",
@@ -371,12 +370,14 @@ class Tuner:
             heartbeat.drop(trial._trial_id)
             state["pruned"] += 1
             return None
-        stored = self._stored(config)
+        src = source_hash(render_kernel(config))
+        stored = self._stored(config, src)
         if stored is not None:
             return _Work(trial, config, outcome=self._outcome(config, stored, reused=True))
-        owner = self.bench.db.claim(**self._claim_key(config), owner=trial._trial_id)
+        key = self._claim_key(config, src)
+        owner = self.bench.db.claim(**key, owner=trial._trial_id)
         if owner != trial._trial_id:
-            return _Work(trial, config, owner=owner)
+            return _Work(trial, config, owner=owner, source=src, claim=key)
         return _Work(trial, config, future=self._submit(pool, config))
 
     def _submit(self, pool, config: KernelConfig) -> Future:
@@ -392,7 +393,7 @@ class Tuner:
             if self._stop.is_set():
                 item.outcome = TrialOutcome(item.config, item.config.name, "interrupted", None)
                 continue
-            stored = self._stored(item.config)
+            stored = self._stored(item.config, item.source)
             if stored is not None:
                 item.outcome = self._outcome(item.config, stored, reused=True)
                 continue
@@ -401,7 +402,7 @@ class Tuner:
             except KeyError:
                 owner_state = TrialState.FAIL
             if owner_state != TrialState.RUNNING and self.bench.db.take_over(
-                    **self._claim_key(item.config), old_owner=item.owner, new_owner=item.trial._trial_id):
+                    **item.claim, old_owner=item.owner, new_owner=item.trial._trial_id):
                 item.owner = None
                 item.future = self._submit(pool, item.config)
                 work_q.put(item)
@@ -441,7 +442,7 @@ class Tuner:
                 config = make_config(self.space.family, trial.params, self.precision, self.arch)
             except InvalidPoint:
                 continue
-            for m in self._stored(config) or []:
+            for m in self._stored(config, source_hash(render_kernel(config))) or []:
                 if m.status == "ok" and m.timing and not m.cut:
                     best[m.shape] = min(best.get(m.shape, m.timing.median_ms), m.timing.median_ms)
         return best

@@ -60,11 +60,12 @@ def open_study(storage: RDBStorage, url: str, name: str, sampler, first: list[tu
 
 
 class Heartbeat:
-    """Records the heartbeat of the trials this tuner holds (``hold`` / ``drop``) every
-    ``interval_s`` in a thread of its own, so that no other tuner takes them for dead."""
+    """Records the heartbeat of the trials this tuner holds (``hold`` / ``drop``) every interval
+    of the storage's (open_storage's heartbeat_interval_s), in a thread of its own, so that no
+    other tuner takes them for dead."""
 
-    def __init__(self, storage: RDBStorage, interval_s: float):
-        self._storage, self._interval = storage, interval_s
+    def __init__(self, storage: RDBStorage):
+        self._storage, self._interval = storage, storage.get_heartbeat_interval()
         self._held: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
