@@ -236,6 +236,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             plan += [j for j in jobs if (j[0], j[1]) == (shape, prec)]
         bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True)
         rows, baseline = [], {}
+        peak = gpu.info.peak_bandwidth  # bytes/s, for "% HBM"
         print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
         try:
             for i, (shape, prec, label, config) in enumerate(plan, 1):
@@ -251,6 +252,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 rows.append({
                     "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
                     "ms": m.timing.median_ms if m.timing else None, "TFLOP/s": m.tflops,
+                    "GB/s": m.bandwidth / 1e9 if m.bandwidth else None,
+                    "% HBM": 100.0 * m.bandwidth / peak if m.bandwidth and peak else None,
                     "% cuBLAS": 100.0 * ratio if ratio else None,
                     "rel_err": m.rel_error, "status": m.status,
                 })

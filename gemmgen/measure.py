@@ -15,6 +15,7 @@ from gemmgen.config import KernelConfig
 from gemmgen.cublas import BASELINE_API, Cublas
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
+from gemmgen.l2flush import L2Flush
 from gemmgen.families import ELEMENT_TYPES
 from gemmgen.gpucheck import GpuChecker, References
 from gemmgen.problem import Shape
@@ -57,6 +58,13 @@ class Measured:
     @property
     def tflops(self) -> float | None:
         return self.shape.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.timing else None
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Achieved bytes/s: Shape.bytes_moved (A, B read once, fp32 C written once) over the median time."""
+        if not self.timing:
+            return None
+        return self.shape.bytes_moved(ELEMENT_TYPES[self.precision][1]) / (self.timing.median_ms * 1e-3)
 
     @property
     def baseline_ratio(self) -> float | None:
@@ -136,9 +144,7 @@ class Bench:
         self.device_id = db.device(name=info.name, arch=info.arch.name, sm_count=info.sm_count,
                                    clock_mhz=info.clock_mhz, memory_clock_mhz=info.memory_clock_mhz,
                                    driver_version=info.driver_version, cuda_version=info.cuda_version)
-        # Written before every timed run so that no run finds its operands in L2.
-        self.flush_bytes = 2 * info.l2_bytes
-        self.flush = gpu.drv.mem_alloc(self.flush_bytes)
+        self.flush = L2Flush(gpu)  # before every timed run
         self._ops: Operands | None = None
 
     def operands(self, shape: Shape, precision: str) -> Operands:
@@ -184,7 +190,7 @@ class Bench:
 
         def before():
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
-            drv.memset_d8(self.flush, 0, self.flush_bytes)
+            self.flush()  # after the poisoning: C's dirty lines are written back outside the timing
 
         return time_interleaved(self.gpu, list(launches), before, min_total_ms=self.min_total_ms,
                                 give_up_ms=give_up_ms)

@@ -21,6 +21,11 @@ class Shape:
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
+    def bytes_moved(self, element_bytes: int, c_bytes: int = 4) -> int:
+        """The least memory traffic of C = A @ B: A and B (elements of ``element_bytes``) read once
+        and C (elements of ``c_bytes``) written once. Thin products are bound by it, not by flops."""
+        return (self.m * self.k + self.k * self.n) * element_bytes + self.m * self.n * c_bytes
+
 
 def parse_shape(text: str) -> Shape:
     """``4096`` (a cube) or ``MxNxK``; raises InvalidParameter on anything else."""

@@ -65,6 +65,15 @@ class DeviceInfo:
     driver_version: str
     cuda_version: str
     l2_bytes: int
+    memory_bus_bits: int = 0
+
+    @property
+    def peak_bandwidth(self) -> float | None:
+        """The memory's peak bandwidth in bytes/s from its clock and bus width (double data
+        rate: H100 SXM, 2619 MHz x 5120 bits, 3.35e12), or None where the driver reports neither."""
+        if not (self.memory_clock_mhz and self.memory_bus_bits):
+            return None
+        return 2 * self.memory_clock_mhz * 1e6 * self.memory_bus_bits / 8
 
 
 def _nvidia_smi_driver_version() -> str | None:
@@ -106,6 +115,7 @@ class Gpu:
             driver_version=_nvidia_smi_driver_version() or f"driver API {version}",
             cuda_version=f"{version // 1000}.{version % 1000 // 10}",
             l2_bytes=self.device.get_attribute(attr.L2_CACHE_SIZE),
+            memory_bus_bits=self.device.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH),
         )
 
     def close(self) -> None:

@@ -37,6 +37,12 @@ POINTS = [
     ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1}),
     ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "cluster": 2, "overlap": 1}),
     ("fp16", {"BM": 64, "BN": 128, "consumers": 1, "stages": 5, "swizzle": 4, "overlap": 1}),
+    # swap=1: C^T = B^T A^T from shared memory, BM as wgmma's N
+    ("fp16", {"BM": 16, "BN": 128, "consumers": 1, "stages": 8, "swap": 1}),
+    ("bf16", {"BM": 32, "BN": 256, "consumers": 2, "stages": 6, "swap": 1, "cluster": 2, "swizzle": 4}),
+    ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 4, "swap": 1, "schedule": "pingpong"}),
+    ("bf16", {"BM": 64, "BN": 192, "consumers": 1, "stages": 4, "swap": 1}),
+    ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swap": 1, "swizzle": 8}),
 ]
 # With beta = 0: TMA stores at 300x200 (N cuts a box, and leaves boxes wholly outside C), 5x12 (C
 # narrower and shorter than one box), 1000^3, 16x4096 and 2048^3; direct stores at N = 1, 33,

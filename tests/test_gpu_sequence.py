@@ -70,7 +70,10 @@ def _points() -> dict:
         for precision, params in (("fp16", {**base, "streamk": 1}), ("bf16", {**base, "cluster": 2}),
                                   ("bf16", {**base, "cluster": 2, "streamk": 1, "swizzle": 8}),
                                   ("tf32", {**base, "streamk": 1, "cluster": 2}),
-                                  ("fp16", {**base, "BN": 128, "schedule": "pingpong", "stages": 6})):
+                                  ("fp16", {**base, "BN": 128, "schedule": "pingpong", "stages": 6}),
+                                  ("fp16", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "swap": 1,
+                                            "streamk": 1}),
+                                  ("bf16", {**base, "BM": 32, "consumers": 2, "swap": 1, "cluster": 2})):
             config = make_config("hopper", params, precision, ARCH)
             points[f"stateful-{config.name}"] = config
     return points

@@ -29,14 +29,21 @@ POINTS = [
     ("fp16", {**BASE, "BN": 128, "consumers": 1, "stages": 5}),
     ("tf32", {**BASE, "BM": 64, "BN": 128, "consumers": 1}),
     ("bf16", {**BASE, "swizzle": 8, "cluster": 2, "overlap": 1}),
+    # thin tiles: with fewer tiles than SMs, every tile is shared out by k over all of them
+    ("fp16", {**BASE, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "swap": 1}),
+    ("bf16", {**BASE, "BM": 64, "BN": 64, "consumers": 1, "stages": 6}),
+    ("tf32", {**BASE, "BM": 16, "BN": 64, "consumers": 1, "stages": 8}),
+    ("bf16", {**BASE, "BM": 32, "BN": 256, "consumers": 2, "stages": 6, "swap": 1, "cluster": 2}),
 ]
 # On 132 SMs (H100, H200), for 128x256 tiles: 1900x3500 has 210 tiles, so 78 stream-K units over
 # 132 workers (ranges cross from unit to unit; with clusters of two, 46 over 66); 896x4864 has 133
 # (one leftover unit, split in two); 1900x3500x40 has one k tile per unit; 1900x3501x1499 packs B
 # (N odd) and stores C directly; 2048x4096x512 has 256 tiles, a last wave over 3/4 full, where
 # stream-K steps aside.
+# 16x4096x4096 and 100x1000x3000 have fewer tiles than SMs: all are shared out (many workers per
+# tile; K = 3000 ends in a partial k tile); 7x33x4099 is one or two tiles over 132 workers, N odd.
 SHAPES = [Shape(1900, 3500, 1500), Shape(896, 4864, 1000), Shape(1900, 3500, 40), Shape(1900, 3501, 1499),
-          Shape(2048, 4096, 512)]
+          Shape(2048, 4096, 512), Shape(16, 4096, 4096), Shape(100, 1000, 3000), Shape(7, 33, 4099)]
 
 BENCH_SEED = 7  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
@@ -45,7 +52,7 @@ def stream_k_units(kernel, shape) -> int:
     """The units (cluster-tall tiles) this launch shares out by k: units % workers, where the last
     wave is at most 3/4 full (HpWork::whole_units in hopper.cu.j2), else none."""
     g = kernel.config.geometry
-    workers = kernel.describe(shape.m, shape.n, shape.k).grid[0] // g.cluster
+    workers = kernel.describe(shape.m, shape.n, shape.k).grid[0] // g.cluster  # every SM (cluster)
     gx, gy = -(-shape.n // g.tile_n), -(-shape.m // g.tile_m)
     sk_units = -(-gy // g.cluster) * gx % workers
     return sk_units if 4 * sk_units <= 3 * workers else 0
@@ -58,9 +65,11 @@ def test_stream_k_point_is_correct(bench, precision, params, shape):
     assert_measured_ok(bench, config.name, config, shape)
 
 
-@pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[2]], ids=["fp16", "tf32-x2"])
-def test_stream_k_is_deterministic_and_leaves_its_flags_zero(bench, precision, params):
-    shape = SHAPES[0]
+@pytest.mark.parametrize("precision, params, shape", [POINTS[0] + (SHAPES[0],), POINTS[2] + (SHAPES[0],),
+                                                     POINTS[6] + (SHAPES[5],), POINTS[8] + (SHAPES[5],),
+                                                     POINTS[7] + (SHAPES[6],)],
+                         ids=["fp16", "tf32-x2", "fp16-thin-swap", "tf32-thin", "bf16-thin"])
+def test_stream_k_is_deterministic_and_leaves_its_flags_zero(bench, precision, params, shape):
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     kernel = load_kernel(bench, config)
     assert stream_k_units(kernel, shape) > 0, f"{shape} has no partial wave on this GPU: nothing is tested"

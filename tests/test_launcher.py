@@ -190,3 +190,18 @@ int main()
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=False).stdout.splitlines()
     assert out[0] == "3 8 1 | 64 1 8 64"
     assert out[1] == ("1 refused M=0 N=1 K=1: warp_128x128x8_w64x32_t8x8_b2_fp32: M, N and K must be >= 1")
+
+
+def test_stream_k_takes_every_sm_where_tiles_are_fewer():
+    """A stream-K kernel's grid is the whole resident grid even at a thin shape, so that its tiles
+    are shared out by k over every SM (its own split-K); without stream-K, one block per tile."""
+    base = {"BM": 64, "BN": 128, "consumers": 1, "stages": 6}
+    sk = launcher_of(make_config("hopper", {**base, "streamk": 1}, "fp16", "sm_90"))
+    whole = launcher_of(make_config("hopper", base, "fp16", "sm_90"))
+    info = sk.describe(16, 4096, 4096, resident=H100_SMS)
+    assert tuple(info.grid) == (H100_SMS, 1, 1)
+    assert info.flag_words == H100_SMS and info.partial_bytes == H100_SMS * 64 * 128 * 4
+    assert tuple(whole.describe(16, 4096, 4096, resident=H100_SMS).grid) == (32, 1, 1)
+    pair = launcher_of(make_config("hopper", {**base, "BM": 128, "consumers": 2, "cluster": 2, "streamk": 1}, "bf16",
+                                   "sm_90"))
+    assert tuple(pair.describe(128, 4096, 4096, resident=H100_SMS).grid) == (H100_SMS, 1, 1)

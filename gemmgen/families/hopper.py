@@ -23,7 +23,10 @@ elements), B as BN / (128 bytes) column chunks of BK rows x 128 bytes, all 128-b
 layout wgmma's descriptors name), so the copies and the tensor-core reads are conflict-free. After
 the stages, fp16/bf16 have two 2 KB C staging buffers per consumer warp (below), then the
 barriers.
-fp16/bf16 B is read N-major (wgmma's transpose bit). tf32 wgmma reads shared-memory operands
+fp16/bf16 B is read N-major (wgmma's transpose bit). With ``swap`` = 1 fp16/bf16 compute C^T = B^T A^T
+like tf32 below, both operands straight from shared memory (B^T as wgmma's A, M-major through the
+transpose bit; the A tile as wgmma's B, K-major), so that BM = 16 or 32 rows are wgmma's N and a
+thin problem multiplies no rows of zeros. tf32 wgmma reads shared-memory operands
 K-major only, and B lies N-major, so tf32 computes C^T = B^T A^T instead: wgmma's A operand is a
 consumer's columns of B^T, which its threads load from the B tile into registers (the loads do the
 transposing, conflict-free through the swizzle), and wgmma's B operand is the A tile, K-major as it
@@ -48,8 +51,10 @@ times alpha, to registers of their own (``held``) and go out one box per k tile 
 item's first k tiles, after its wgmmas are issued, so the tensor cores multiply meanwhile; what an
 item of fewer k tiles leaves is stored after its k loop, and the last tile's half at the end.
 
-With ``streamk`` = 1 (coop only), the tiles of the last, partial wave are shared out by k among
-all blocks (stream-K; where that wave is at most 3/4 full): each takes a near-equal range of their
+With ``streamk`` = 1 (coop only), the grid is every SM, and the tiles of the last, partial wave
+are shared out by k among all blocks (stream-K; where that wave is at most 3/4 full, so all tiles
+where there are at most 3/4 as many as SMs: split-K for thin and small problems, with a split the
+kernel works out from the shape): each takes a near-equal range (at least 4 k tiles) of their
 k tiles laid end to end, the part in its later tile first (so that all blocks read the same k
 tiles at once, from L2), and the block holding a tile's last k tiles adds the others' partial
 sums, left in the workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and
@@ -82,7 +87,10 @@ def derive(p, precision):
     esize = ELEMENT_TYPES[precision][1]
     # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk
     bk = SWIZZLE_BYTES // esize
-    swap = precision == "tf32"  # C^T = B^T A^T: consumers split columns, B^T fragments from registers
+    # C^T = B^T A^T: consumers split columns, and the tile's BM rows are wgmma's N (8..256 in steps
+    # of 8), so a thin M needs no 64-row tile. tf32 always (B^T fragments from registers).
+    tf32 = precision == "tf32"
+    swap = tf32 or p["swap"] == 1
     share = 1 if p["schedule"] == "pingpong" else p["consumers"]
     rows, cols = (p["BM"], p["BN"] // share) if swap else (p["BM"] // share, p["BN"])
     wgmma_n = p["BM"] if swap else p["BN"]
@@ -101,6 +109,7 @@ def derive(p, precision):
         "BK": bk,
         "ESIZE": esize,
         "SWAP_AB": swap,
+        "TF32_FRAGS": tf32,  # wgmma's A operand (B^T) from registers: tf32 reads smem K-major only
         "ROWS": rows,  # rows of the tile per consumer warpgroup
         "COLS": cols,  # columns of the tile per consumer warpgroup
         "MI": mi,  # wgmma m64 instructions per consumer per k step (over rows, or for tf32 columns)
@@ -124,6 +133,11 @@ def derive(p, precision):
 def check(p, precision, d):
     v: list[str] = []
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
+    if p["swap"] and d["TF32_FRAGS"]:
+        v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
+    if p["BM"] < 64 and not d["SWAP_AB"]:
+        v.append(f"BM={p['BM']} < 64 fits only with swap=1 (the rows of the tile become wgmma's N); wgmma's M "
+                 "is 64 rows")
     if p["schedule"] == "pingpong":
         if p["streamk"]:
             v.append("streamk=1 shares tiles between blocks by k, which schedule=pingpong's alternating tiles do "
@@ -140,8 +154,8 @@ def check(p, precision, d):
             d["B_LOADS"], "cluster", p["cluster"])
     if p["overlap"]:
         if d["SWAP_AB"]:
-            v.append("overlap=1 staggers the TMA-store epilogue, and tf32 stores C^T from its registers "
-                     "directly: use overlap=0 for tf32")
+            v.append("overlap=1 staggers the TMA-store epilogue, and C^T = B^T A^T (tf32, or swap=1) stores its "
+                     "registers directly: use overlap=0 there")
         if p["schedule"] == "pingpong":
             v.append("overlap=1 is for schedule=coop; schedule=pingpong overlaps whole tiles already: use "
                      "overlap=0")
@@ -163,25 +177,29 @@ FAMILY = Family(
     doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
     precisions=("fp16", "bf16", "tf32"),
     params=(
-        Param("BM", (64, 128, 256), "rows of C per tile"),
+        Param("BM", (16, 32, 64, 128, 256), "rows of C per tile (16, 32: swap=1 or tf32 only)"),
         Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile (tf32: "
                                    "BN/consumers columns)"),
-        Param("stages", (2, 3, 4, 5, 6), "shared-memory slots in the TMA -> wgmma ring"),
+        Param("stages", (2, 3, 4, 5, 6, 8), "shared-memory slots in the TMA -> wgmma ring"),
         Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
         Param("schedule", ("coop", "pingpong"), "coop: the consumers split each tile's rows; pingpong: they take "
                                                  "alternate tiles, one storing while the other multiplies"),
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
                                  "B tile they have in common and multicasts it to both (1 = no cluster)"),
-        Param("streamk", (0, 1), "1: the tiles of the last, partial wave are shared out by k among all blocks "
-                                 "(stream-K), the block with a tile's last k tiles adding the others' partial "
-                                 "sums; 0: every block computes whole tiles"),
+        Param("streamk", (0, 1), "1: the tiles of the last, partial wave (all of them where there are fewer "
+                                 "tiles than SMs) are shared out by k among all blocks (stream-K), the block "
+                                 "with a tile's last k tiles adding the others' partial sums; 0: every block "
+                                 "computes whole tiles"),
+        Param("swap", (0, 1), "1 (fp16/bf16): compute C^T = B^T A^T, the tile's rows being wgmma's N and each "
+                              "consumer taking BN/consumers columns, so that thin problems (M = 16..64) need "
+                              "no 64-row tiles; C stored directly. tf32 always does this (leave 0)"),
         Param("overlap", (0, 1), "1: each consumer stores the left half of a tile's C at once and holds the "
                                  "right half in registers, stored while its next tile multiplies; 0: the "
                                  "tensor cores wait for the whole store"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
-              "streamk": 0, "overlap": 0},
+              "streamk": 0, "overlap": 0, "swap": 0},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -190,5 +208,5 @@ FAMILY = Family(
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
-                  ("streamk", "_sk", 0), ("overlap", "_ov", 0)),
+                  ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),
 )
