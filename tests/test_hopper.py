@@ -256,7 +256,7 @@ def test_variants_compile_for_sm90a_without_spills(precision, params):
     result = build_kernel(config)
     assert result.ok, result.log
     usage = kernel_usage(config, result)
-    if params.get("streamk") and params.get("cluster") == 2:  # see test_stream_k_..._outside_the_k_loop
+    if precision == "tf32" and params.get("streamk") and params.get("cluster") == 2:  # see test_stream_k_..._k_loop
         assert usage.spill_store_bytes <= 24 and usage.spill_load_bytes <= 48, usage
     else:
         assert usage is not None and not usage.spills, usage
@@ -329,10 +329,10 @@ def test_stream_k_source_and_launcher():
     assert "sk_flags" not in whole and "out.flag_words" not in whole
 
 
-@pytest.mark.parametrize("precision, params", [("fp16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1,
-                                                           "overlap": 1}),
-                                               ("tf32", {**DEFAULT, "cluster": 2, "streamk": 1})])
-def test_stream_k_with_a_cluster_spills_at_most_a_few_words_outside_the_k_loop(precision, params):
+@pytest.mark.parametrize("precision, params, stores, loads", [
+    ("fp16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1, "overlap": 1}, 16, 16),
+    ("tf32", {**DEFAULT, "cluster": 2, "streamk": 1}, 24, 48)])
+def test_stream_k_with_a_cluster_spills_at_most_a_few_words_outside_the_k_loop(precision, params, stores, loads):
     """128x256 with stream-K and a cluster at 168 registers per thread (384 threads; setmaxnreg
     raises the consumers' later): ptxas keeps two or three words of the item loop's state in local
     memory across setmaxnreg, reloaded once per item, never between the HGMMAs of the k loop; fp16
@@ -341,7 +341,7 @@ def test_stream_k_with_a_cluster_spills_at_most_a_few_words_outside_the_k_loop(p
     result = build_kernel(config)
     assert result.ok, result.log
     usage = kernel_usage(config, result)
-    assert usage.spill_store_bytes <= 24 and usage.spill_load_bytes <= 48, usage
+    assert usage.spill_store_bytes <= stores and usage.spill_load_bytes <= loads, usage
     assert not any(code in result.log for code in ("C7508", "C7510", "C7517", "C7518", "C7520")), result.log
     if _nvdisasm() is not None:
         sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
