@@ -1,5 +1,5 @@
 """On the GPU: mma points of each precision, with and without fragment double-buffering, block
-swizzle, 2..5 stages and the shared-memory swizzle's corner cases, match the float64 reference at odd shapes (where K or N break 16-byte
+swizzle, 2..5 stages, split-K and the shared-memory swizzle's corner cases, match the float64 reference at odd shapes (where K or N break 16-byte
 alignment, so the element-wise copy path runs) and aligned ones (the cp.async path)."""
 
 import pytest
@@ -22,7 +22,14 @@ POINTS = [
     ("tf32", {"BM": 64, "BN": 64, "BK": 8, "WARPS_M": 2, "WARPS_N": 4, "stages": 4, "frags": 2}),
     ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3, "frags": 1}),
     ("bf16", {"BM": 128, "BN": 256, "BK": 64, "WARPS_M": 2, "WARPS_N": 4, "stages": 3, "frags": 2}),
-]
+] + [(precision, params) for precision, params in (
+    # split-K (thin and small shapes): 1x1x1 and 17x33x65 leave later splits empty
+    ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "stages": 4, "frags": 2, "split_k": 8}),
+    ("bf16", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2, "split_k": 16,
+              "swizzle": 4}),
+    ("tf32", {"BM": 32, "BN": 128, "BK": 16, "WARPS_M": 1, "WARPS_N": 4, "stages": 4, "frags": 1, "split_k": 4}),
+)]
+SPLIT_POINTS = [(precision, params) for precision, params in POINTS if params.get("split_k", 1) > 1]
 SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(1000, 1000, 1000),
           Shape(16, 4096, 4096), Shape(4095, 4097, 4093), Shape(1024, 1024, 1024)]
 
@@ -64,3 +71,26 @@ def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, preci
 
     verdict = bench.verify(run, ops)
     assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("shape", [Shape(17, 33, 65), Shape(16, 4096, 4096), Shape(301, 203, 517)], ids=str)
+@pytest.mark.parametrize("precision, params", SPLIT_POINTS, ids=[p for p, _ in SPLIT_POINTS])
+def test_split_results_are_bitwise_identical_run_after_run(bench, precision, params, shape):
+    """The splits are added in split order whichever block finishes last, so five runs give the
+    same bits; the counters are back at zero after each launch (301x203x517 packs A and B too)."""
+    import numpy as np
+    from conftest import load_kernel, run_gemm
+
+    config = make_config("mma", params, precision, bench.gpu.info.arch)
+    kernel = load_kernel(bench, config)
+    ops = bench.operands(shape, precision)
+    ops.fill(np.random.default_rng(5))
+    results = []
+    for _ in range(5):
+        results.append(run_gemm(bench, kernel, ops, 1.25, -0.75).view(np.uint32))
+        held = kernel.held()
+        counters = np.empty(held.flag_bytes // 4, dtype=np.uint32)
+        bench.gpu.drv.memcpy_dtoh(counters, held.flags)
+        assert counters.size and not counters.any(), "split-K counters not back at zero after the launch"
+    for other in results[1:]:
+        assert np.array_equal(results[0], other), f"{config.name} at {shape}: results differ between runs"

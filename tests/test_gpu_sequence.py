@@ -65,6 +65,11 @@ def _points() -> dict:
                 break
     for label, params in split_points().items():
         points[f"splitk-{label}"] = make_config("warp", params, "fp32", ARCH)
+    if ARCH.cc >= 80:
+        for precision, params in (("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "split_k": 8}),
+                                  ("tf32", {"BM": 64, "BN": 128, "BK": 16, "split_k": 4, "swizzle": 4})):
+            config = make_config("mma", params, precision, ARCH)
+            points[f"splitk-{config.name}"] = config
     if ARCH.cc == 90:
         base = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}
         for precision, params in (("fp16", {**base, "streamk": 1}), ("bf16", {**base, "cluster": 2}),

@@ -82,6 +82,11 @@ VARIANTS = [
     # than the swizzle's period
     ("fp16", {"BM": 64, "BN": 32, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 1}, "sm_90"),
     ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3, "frags": 1}, "sm_90"),
+    # split-K for thin shapes, on both targets the issue names (sm_80 / sm_89 users)
+    ("fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "stages": 4, "frags": 2, "split_k": 8},
+     "sm_89"),
+    ("tf32", {"BM": 32, "BN": 128, "BK": 16, "WARPS_M": 1, "WARPS_N": 4, "stages": 4, "frags": 1, "split_k": 4},
+     "sm_80"),
 ]
 
 
@@ -95,6 +100,17 @@ def test_variant_compiles_without_spills(precision, params, arch):
     usage = kernel_usage(config, result)
     assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0, usage
     assert usage.registers <= 255
+
+
+def test_split_k_joins_the_name_grid_and_workspace_only_above_1():
+    split = make_config("mma", {**DEFAULT, "split_k": 4, "swizzle": 8}, "bf16")
+    assert split.name == "mma_128x128x32_w2x2_s3_f2_k4_g8_bf16"
+    assert make_config("mma", {**DEFAULT, "split_k": 1}, "bf16").name == "mma_128x128x32_w2x2_s3_f2_bf16"
+    assert split.geometry.split_k == 4
+    source = render_kernel(split)
+    assert "gg_splitk_range<BK>(K, k_begin, k_end);" in source
+    assert "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in source
+    assert "gg_splitk_reduce" not in render_kernel(make_config("mma", DEFAULT, "bf16")).split("extern \"C\"")[1]
 
 
 def test_needs_sm80():

@@ -20,6 +20,10 @@ the workspace (``Geometry.pack_vec``; the kernel ``<name>_pack``), and the kerne
 with the same cp.async path. Called with a null workspace, the kernel copies such an operand
 element by element instead: 4-byte cp.async for tf32, plain loads (into registers one tile
 ahead) for fp16 and bf16. Either way every shape is correct; only the speed changes.
+
+``split_k`` > 1 divides the K range among that many blocks per C tile (grid z), for thin and
+small shapes that leave SMs idle; the partial tiles are added in split order by the last block
+to finish, as in warp (common.cuh.j2's gg_splitk_reduce), so results are deterministic.
 """
 
 from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, divides
@@ -41,7 +45,8 @@ def derive(p, precision):
     stage = p["BM"] * p["BK"] + p["BK"] * p["BN"]  # elements; no padding (swizzled)
     return {
         "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
-                             smem_bytes=p["stages"] * stage * esize, pack_vec=vec),
+                             smem_bytes=p["stages"] * stage * esize, pack_vec=vec,
+                             split_k=p["split_k"]),
         "MMA_K": MMA_K[precision],
         "MMA_INSTRUCTION": MMA_INSTRUCTION[precision],
         "VEC": vec,
@@ -81,12 +86,14 @@ FAMILY = Family(
         Param("stages", (2, 3, 4, 5), "K tiles in shared memory: one computed while the others load"),
         Param("frags", (1, 2), "register buffers of A and B fragments: 2 = read step s + 1 while multiplying step s"),
         Param("swizzle", (1, 2, 4, 8, 16), "block order: tile rows walked together, column by column (1 = row-major)"),
+        Param("split_k", (1, 2, 4, 8, 16), "blocks sharing one C tile's K range, added in order (1 = no split)"),
     ),
-    defaults={"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2, "swizzle": 1},
+    defaults={"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2, "swizzle": 1,
+              "split_k": 1},
     name_format="{BM}x{BN}x{BK}_w{WARPS_M}x{WARPS_N}_s{stages}_f{frags}",
     derive=derive,
     check=check,
     min_cc=80,
     min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
-    name_options=(("swizzle", "_g{swizzle}", 1),),
+    name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )
