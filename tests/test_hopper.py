@@ -73,10 +73,13 @@ def test_pingpong_consumers_take_whole_tiles_in_turn():
     assert c.name == "hopper_128x128_c2_s6_pingpong_fp16"
     assert c.derived["ROWS"] == 128 and c.derived["MI"] == 2 and c.derived["ACC"] == 128
     source = render_kernel(c)
-    assert "hp_bar_init(empty_bar + 8 * s, CLUSTER * 1 * 4);" in source  # one warpgroup frees a stage
-    assert "hp_named_sync(1 + consumer);" in source and "hp_named_arrive(2 - consumer);" in source
+    # one warpgroup frees a stage; the consumers take turns through named barriers 1 and 2 (the
+    # SASS test below finds them in ping-pong code only)
+    assert "gg_bar_init(empty_bar + 8 * s, CLUSTER * (HP_PINGPONG ? 1 : CONSUMERS) * 4);" in source
+    assert "constexpr bool HP_PINGPONG = true;" in source
+    assert "gg_named_sync<256>(1 + consumer);" in source and "gg_named_arrive<256>(2 - consumer);" in source
     coop = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "hp_named_sync" not in coop and "CLUSTER * 2 * 4" in coop
+    assert "constexpr bool HP_PINGPONG = false;" in coop and "constexpr int CONSUMERS = 2;" in coop
 
 
 def test_tf32_cluster_shares_out_the_b_chunks():
@@ -95,7 +98,7 @@ def test_tf32_computes_c_transposed_with_b_fragments_from_registers():
     assert (d["ROWS"], d["COLS"], d["MI"], d["WGMMA_N"], d["ACC"]) == (128, 128, 2, 128, 128)
     source = render_kernel(c)
     assert "{ %65, %66, %67, %68 }, %69, acc, 1, 1;" in source  # A from four registers
-    assert "hp_lds32(base + frag_at[r] + mi * 2 * B_BOX_BYTES + ks * 1024)" in source
+    assert "gg_lds32(base + frag_at[r] + mi * 2 * B_BOX_BYTES + ks * 1024)" in source
     assert "frag[1][ks][mi]" in source  # two fragment buffers: one k tile in flight
     wide = make_config("hopper", {**DEFAULT, "BM": 256, "BN": 128}, "tf32", "sm_90").derived
     assert (wide["COLS"], wide["MI"], wide["WGMMA_N"], wide["ACC"]) == (64, 1, 256, 128)
@@ -203,8 +206,8 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];" in source
     assert "cp.async.bulk.commit_group;" in source and "fence.proxy.async.shared::cta;" in source
     assert "cp.async.bulk.wait_group.read %0;" in source and "cp.async.bulk.wait_group %0;" in source
-    assert "hp_bulk_wait_read<C_BUFFERS - 1>();" in source and "hp_bulk_wait<0>();" in source
-    assert "__syncwarp();" in source and "hp_warpgroup_sync" not in source
+    assert "gg_bulk_wait_read<C_BUFFERS - 1>();" in source and "gg_bulk_wait<0>();" in source
+    assert "__syncwarp();" in source and "constexpr bool HP_STREAM_K = false;" in source
     # the direct stores stay for beta != 0 and misaligned C
     assert "v0 += beta * old.x" in source
 
@@ -293,6 +296,42 @@ def test_sass_has_hgmma_and_tma_loads(precision, swap, hgmma):
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
 
 
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
+@pytest.mark.parametrize("params, pingpong, stream_k", [
+    ({}, False, False),
+    ({"BN": 128, "stages": 6, "schedule": "pingpong"}, True, False),
+    ({"streamk": 1}, False, True),
+    ({"streamk": 1, "cluster": 2}, False, True),
+])
+def test_variants_branch_in_cpp_and_compile_only_their_own_code(params, pingpong, stream_k):
+    """The variation lives in `if constexpr` on HP_PINGPONG / HP_STREAM_K, so every variant's
+    source holds every branch; the machine code must hold only its own: the consumers' named
+    barrier of 256 threads (bar 0x100) with ping-pong only, the warpgroup's (0x80) with stream-K only."""
+    config = make_config("hopper", {**DEFAULT, **params}, "fp16", "sm_90")
+    source = render_kernel(config)
+    assert f"constexpr bool HP_PINGPONG = {str(pingpong).lower()};" in source
+    assert f"constexpr bool HP_STREAM_K = {str(stream_k).lower()};" in source
+    result = build_kernel(config)
+    assert result.ok, result.log
+    sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
+    kernel = sass[sass.index(f".text.{config.name}:"):]
+    named = [line for line in kernel.splitlines() if "BAR.SYNC" in line or "BAR.ARV" in line]
+    assert any(line.rstrip(" ;").endswith("0x100") for line in named) == pingpong, named
+    assert any(line.rstrip(" ;").endswith("0x80") for line in named) == stream_k, named
+
+
+def test_ptx_wrappers_have_one_home():
+    """hopper and mma emit the same shared-memory address, cp.async and ldmatrix wrappers
+    (templates/ptx.cuh), and hopper the sm_90a ones (ptx_sm90.cuh): no family defines its own."""
+    hopper = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    mma = render_kernel(make_config("mma", {}, "fp16", "sm_90"))
+    for source in (hopper, mma):
+        assert source.count("__device__ __forceinline__ unsigned gg_smem_addr(const void* p)") == 1
+        assert "hp_smem_addr" not in source and "mma_smem_addr" not in source
+    assert hopper.count("__device__ __forceinline__ void gg_tma_load(") == 1
+    assert "mbarrier" not in mma  # the sm_90a wrappers stay out of the sm_80 family's file
+
+
 @pytest.mark.nvcc
 def test_stream_k_point_name_geometry_and_workspace():
     c = make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
@@ -326,7 +365,9 @@ def test_stream_k_source_and_launcher():
     assert "out.flag_words = out.grid[0] * 2ULL;" in source
     assert "out.partial_bytes = out.grid[0] * 131072ULL;" in source
     whole = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "sk_flags" not in whole and "out.flag_words" not in whole
+    # without stream-K the branch is compiled out (HP_STREAM_K, see the SASS test) and the launcher
+    # asks for no workspace
+    assert "constexpr bool HP_STREAM_K = false;" in whole and "out.flag_words" not in whole
 
 
 @pytest.mark.parametrize("precision, params, stores, loads", [
@@ -384,7 +425,7 @@ def test_swap_point_computes_c_transposed_from_shared_memory():
     source = render_kernel(c)
     # B^T as wgmma's A, M-major (transpose bit 1); the A tile as its B, K-major (0)
     assert "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16" in source and "acc, 1, 1, 1, 0;" in source
-    assert "hp_lds32" not in source and "tma_c" not in source
+    assert "gg_lds32(" not in source.split("extern \"C\"")[1] and "tma_c" not in source
 
 
 @pytest.mark.parametrize("params, precision, expected", [
