@@ -195,6 +195,7 @@ class Launcher:
         self._error = fn("_error", ctypes.c_char_p, [])
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
+        self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # "fp32", "tf32", "fp16" or "bf16"
 
     def _function(self, suffix: str, restype, argtypes):
         try:

@@ -205,3 +205,11 @@ def test_stream_k_takes_every_sm_where_tiles_are_fewer():
     pair = launcher_of(make_config("hopper", {**base, "BM": 128, "consumers": 2, "cluster": 2, "streamk": 1}, "bf16",
                                    "sm_90"))
     assert tuple(pair.describe(128, 4096, 4096, resident=H100_SMS).grid) == (H100_SMS, 1, 1)
+
+
+@pytest.mark.parametrize("point", ["v4", "mma_bf16", "hopper_fp16", "hopper_tf32"])
+def test_the_library_says_its_precision(point):
+    """<launcher>_precision names the element type of A and B, for callers that load the library
+    by path (gemmgen.torch checks tensors against it)."""
+    config = NAMED_POINTS[point].config("sm_90")
+    assert launcher_of(config).precision == config.precision
