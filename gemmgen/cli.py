@@ -16,7 +16,9 @@ from gemmgen.points import NAMED_POINTS, point_spec
 from gemmgen.render import render_kernel
 
 
-def _target(text: str | None) -> Arch:
+def _target(text: str | None, quiet: bool = False) -> Arch:
+    """--gpu's architecture, else the GPU present's, else DEFAULT_ARCH (saying so on stderr
+    unless ``quiet``: a caller whose messages name the architecture anyway)."""
     if text:
         from gemmgen.build import check_target
 
@@ -25,7 +27,8 @@ def _target(text: str | None) -> Arch:
         return arch
     found = detect_arch()
     if found is None:
-        print(f"gemmgen: no GPU detected; targeting {DEFAULT_ARCH} (choose with --gpu)", file=sys.stderr)
+        if not quiet:
+            print(f"gemmgen: no GPU detected; targeting {DEFAULT_ARCH} (choose with --gpu)", file=sys.stderr)
         return parse_arch(DEFAULT_ARCH)
     return found
 
@@ -48,37 +51,39 @@ def select_config(args: argparse.Namespace) -> KernelConfig:
 
 
 def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
-    """`emit best --family F --precision P --shape S [--gpu]`: the fastest verified kernel stored."""
-    from gemmgen.problem import parse_shape
-
-    missing = [flag for flag, value in (("--family", args.family), ("--precision", args.precision),
-                                        ("--shape", args.shape)) if not value]
+    """`emit best --precision P --shape S [--family F] [--gpu]`: the best verified kernel stored."""
+    missing = [flag for flag, value in (("--precision", args.precision), ("--shape", args.shape)) if not value]
     if missing:
         raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
-                               "gemmgen emit best --family warp --precision fp32 --shape 4096")
-    row, why_none = _stored_best(args)
-    if row is None:
-        raise GemmgenError(why_none)
-    print(f"gemmgen: best {args.family} {args.precision} at {parse_shape(args.shape)}: {row.kernel}, {row.tflops:.2f} TFLOP/s "
-          f"on {row.device}", file=sys.stderr)
-    family, precision, params = point_spec(row.kernel)
-    return make_config(family, {**params, **overrides}, precision, row.arch)
+                               "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
+    found, arch, shape = _stored_best(args)
+    print(f"gemmgen: best {args.precision} kernel at {shape} for {arch.name}: {_describe_ranked(found)}", file=sys.stderr)
+    family, precision, params = point_spec(found.kernel)
+    return make_config(family, {**params, **overrides}, precision, arch)
+
+
+def _describe_ranked(found) -> str:
+    score = f"{100 * found.score:.1f}% of cuBLAS (median)" if found.score is not None else "no cuBLAS stored next to it"
+    return f"{found.kernel}, {score}, {found.tflops:.2f} TFLOP/s at best, on {', '.join(found.devices)}"
 
 
 def _stored_best(args: argparse.Namespace):
-    """(the fastest verified stored row for --family, --precision, --shape [, --gpu] or None,
-    the message to give when there is none)."""
+    """(the best verified stored kernel for --precision, --shape [, --family] on the --gpu
+    architecture (default: the GPU present, else sm_90) by gemmgen.best's policy, the Arch, the
+    Shape). Raises GemmgenError naming what was looked for where nothing is stored."""
+    from gemmgen.best import best
     from gemmgen.db import ResultsDB, resolve_url
     from gemmgen.problem import parse_shape
 
     shape = parse_shape(args.shape)
-    arch = parse_arch(args.gpu).name if args.gpu else None
+    arch = _target(args.gpu, quiet=True)
     url = resolve_url(args.db)
-    row = ResultsDB(url, create=False).best(family=args.family, precision=args.precision, shape=(shape.m, shape.n, shape.k),
-                              arch=arch)
-    where = f" for {arch}" if arch else ""
-    return row, (f"no verified {args.family} {args.precision} kernel at {shape}{where} in {url}; "
-                 "run `gemmgen tune` or `gemmgen bench` first")
+    found = best(ResultsDB(url, create=False), args.precision, shape, arch, family=args.family)
+    if found is None:
+        what = f"{args.family} {args.precision}" if args.family else args.precision
+        raise GemmgenError(f"no verified {what} kernel at {shape} for {arch.name} in {url}; "
+                           "run `gemmgen tune` or `gemmgen bench` first")
+    return found, arch, shape
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -288,12 +293,11 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    row, why_none = _stored_best(args)
-    if row is None:
-        raise GemmgenError(why_none)
-    print(f"{row.kernel}  {row.tflops:.2f} TFLOP/s  on {row.device} ({row.arch})")
-    print("  " + ", ".join(f"{k}={v}" for k, v in row.params.items()))
-    print(f"  emit: gemmgen emit {row.kernel} --gpu {row.arch}")
+    found, arch, _ = _stored_best(args)
+    print(_describe_ranked(found))
+    _, _, params = point_spec(found.kernel)
+    print("  " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    print(f"  emit: gemmgen emit {found.kernel} --gpu {arch.name}")
     return 0
 
 
@@ -383,11 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_argument(p)
     p.set_defaults(func=cmd_results)
 
-    p = sub.add_parser("best", help="the fastest verified kernel of a family for a precision and shape")
-    p.add_argument("--family", required=True)
+    p = sub.add_parser("best", help="the best verified stored kernel for a precision and shape: the highest median "
+                       "ratio to the cuBLAS time stored next to its times (gemmgen.best)")
+    p.add_argument("--family", choices=list(FAMILIES), help="only this family's kernels (default: any)")
     p.add_argument("--precision", required=True)
     p.add_argument("--shape", required=True, metavar="MxNxK")
-    p.add_argument("--gpu", metavar="ARCH")
+    p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
+                   "else sm_90)")
     _add_db_argument(p)
     p.set_defaults(func=cmd_best)
     return parser

@@ -1,16 +1,12 @@
 """The benchmark suite: a fixed list of shapes and, for each shape and precision, one kernel,
 measured next to cuBLAS in the same run. The kernel is the fastest verified one stored in the
-database for that shape, precision and architecture (any family; "fastest" as `stored_pick` says);
+database for that shape, precision and architecture (any family; "fastest" as gemmgen.best says);
 where that shape has none, the fastest stored at the nearest shape that has one (a dispatcher's
 guess: it is verified at this shape like every other); else the precision's named point. Progress
 is judged by the geometric mean of the ratios to cuBLAS."""
 
-import math
-import statistics
-from collections import defaultdict
-from datetime import datetime
-
 from gemmgen.arch import Arch
+from gemmgen.best import best, shape_distance
 from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import InvalidPoint
 from gemmgen.points import NAMED_POINTS, point_spec
@@ -38,45 +34,11 @@ def fallback_config(precision: str, arch: Arch) -> tuple[str, KernelConfig]:
     raise InvalidPoint(FALLBACK[precision][-1], [f"no fallback point of {precision} is valid on {arch.name}"])
 
 
-def shape_distance(a: Shape, b: Shape) -> float:
-    """How far apart two shapes are: the sum of |log(a_i / b_i)| over M, N and K."""
-    return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
-
-
-def stored_pick(db, precision: str, shape: Shape, arch: Arch) -> str | None:
-    """The name of the stored kernel (built for ``arch``, any family but cuBLAS) that ran fastest
-    at ``shape``, or None where none has a verified measurement there.
-
-    A GPU's TFLOP/s drift with its clock and temperature by more than the kernels near the top
-    differ, so each measurement is judged against cuBLAS: divided by the cuBLAS measurement of the
-    same shape and precision on the same device taken nearest in time (bench and the suite time
-    both in alternation), and a kernel scores the median of its ratios; the highest score wins.
-    Kernels measured on a device with no cuBLAS measurement at the shape are ranked after those
-    with one, by their highest TFLOP/s (what db.best gives)."""
-    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
-    cublas = defaultdict(list)  # device -> [(time, TFLOP/s)]
-    for r in rows:
-        if r.family == "cublas" and r.tflops:
-            cublas[r.device].append((datetime.fromisoformat(r.created_at), r.tflops))
-    ratios, fastest = defaultdict(list), {}
-    for r in rows:
-        if r.family == "cublas" or r.arch != arch.name or not r.tflops:
-            continue
-        fastest[r.kernel] = max(fastest.get(r.kernel, 0.0), r.tflops)
-        if cublas[r.device]:
-            when = datetime.fromisoformat(r.created_at)
-            _, base = min(cublas[r.device], key=lambda c: abs((c[0] - when).total_seconds()))
-            ratios[r.kernel].append(r.tflops / base)
-    if not fastest:
-        return None
-    return max(fastest, key=lambda k: (k in ratios, statistics.median(ratios[k]) if k in ratios else fastest[k]))
-
-
 def _stored_config(db, precision: str, shape: Shape, arch: Arch) -> KernelConfig | None:
-    name = stored_pick(db, precision, shape, arch)
-    if name is None:
+    found = best(db, precision, shape, arch)
+    if found is None:
         return None
-    family, prec, params = point_spec(name)
+    family, prec, params = point_spec(found.kernel)
     try:
         return make_config(family, params, prec, arch)
     except InvalidPoint:  # stored by another version of gemmgen whose constraints differ

@@ -97,7 +97,38 @@ def test_best_with_nothing_stored_exits_2_and_says_so(capsys, tmp_path):
     ResultsDB(url).close()  # a database with its tables and no rows
     assert main(["best", "--family", "warp", "--precision", "fp32", "--shape", "64", "--db", url]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gemmgen: error: no verified warp fp32 kernel at 64x64x64") and err.count("\n") == 1
+    assert err.startswith("gemmgen: error: no verified warp fp32 kernel at 64x64x64 for sm_") and err.count("\n") == 1
+    assert main(["best", "--precision", "fp16", "--shape", "64", "--gpu", "sm_90", "--db", url]) == 2
+    assert capsys.readouterr().err.startswith("gemmgen: error: no verified fp16 kernel at 64x64x64 for sm_90 in ")
+
+
+def test_best_and_emit_best_follow_the_ratio_to_cublas_not_raw_tflops(capsys, tmp_path):
+    """The policy of gemmgen.best: a kernel timed once on a fast moment of the GPU loses to one
+    that beat the cuBLAS run next to it by more; emit best writes the winner's source."""
+    import time
+
+    from test_suite import store
+
+    from gemmgen.db import ResultsDB
+    from gemmgen.problem import Shape
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = ResultsDB(url)
+    shape = Shape(64, 64, 64)
+    lucky, steady = "warp_64x64x8_w32x32_t4x8_b2_fp32", "warp_64x64x16_w32x32_t4x8_b2_fp32"
+    store(db, "cublas_fp32", "cublas", "fp32", shape, 10.0)
+    store(db, lucky, "warp", "fp32", shape, 9.0)  # 90%
+    time.sleep(0.05)
+    store(db, "cublas_fp32", "cublas", "fp32", shape, 5.0)
+    store(db, steady, "warp", "fp32", shape, 6.0)  # 120%, at a lower TFLOP/s
+    db.close()
+    assert main(["best", "--precision", "fp32", "--shape", "64", "--gpu", "sm_90", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{steady}, 120.0% of cuBLAS (median), 6.00 TFLOP/s at best, on H100\n")
+    assert f"emit: gemmgen emit {steady} --gpu sm_90" in out
+    assert main(["emit", "best", "--precision", "fp32", "--shape", "64", "--gpu", "sm_90", "--db", url]) == 0
+    captured = capsys.readouterr()
+    assert f"{steady}(" in captured.out and captured.err.startswith(f"gemmgen: best fp32 kernel at 64x64x64 for sm_90: {steady}")
 
 
 def test_invalid_point_lists_every_violation_on_stderr(capsys):

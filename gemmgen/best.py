@@ -1,0 +1,73 @@
+"""Which stored kernel is best: the one policy that `best`, `emit best`, `bench --suite` and
+`emit --dispatch` all use.
+
+A GPU's TFLOP/s drift with its clock and temperature by more than the kernels near the top
+differ, and two devices differ by more still, so a measurement is never compared by raw TFLOP/s
+with one taken elsewhere or at another time. Each is judged against cuBLAS instead: divided by the
+cuBLAS measurement of the same shape and precision on the same device taken nearest in time
+(bench, tune and the suite store one next to their timings), and a kernel scores the median of
+its ratios. The highest score wins. Kernels measured on a device that has no cuBLAS measurement
+at the shape are ranked after all others, by their highest TFLOP/s.
+"""
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from gemmgen.arch import Arch
+from gemmgen.problem import Shape
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One kernel's standing at a shape: ``score`` is the median ratio of its time to cuBLAS's
+    (1.0 = as fast; None where no cuBLAS measurement is stored next to it), ``tflops`` its highest
+    TFLOP/s there, ``devices`` the device names its measurements came from."""
+
+    kernel: str
+    family: str
+    score: float | None
+    tflops: float
+    runs: int
+    devices: tuple[str, ...]
+
+    def key(self) -> tuple:
+        return (self.score is not None, self.score if self.score is not None else self.tflops)
+
+
+def shape_distance(a: Shape, b: Shape) -> float:
+    """How far apart two shapes are: the sum of |log(a_i / b_i)| over M, N and K."""
+    return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+
+
+def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None) -> list[Ranked]:
+    """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
+    measurement of ``precision`` at ``shape``, best first (see the module's policy)."""
+    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
+    cublas = defaultdict(list)  # device -> [(time, TFLOP/s)]
+    for r in rows:
+        if r.family == "cublas" and r.tflops:
+            cublas[r.device].append((datetime.fromisoformat(r.created_at), r.tflops))
+    ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
+    for r in rows:
+        if r.family == "cublas" or r.arch != arch.name or not r.tflops or (family and r.family != family):
+            continue
+        fastest[r.kernel] = max(fastest.get(r.kernel, 0.0), r.tflops)
+        families[r.kernel] = r.family
+        runs[r.kernel] += 1
+        devices[r.kernel].add(r.device)
+        if cublas[r.device]:
+            when = datetime.fromisoformat(r.created_at)
+            _, base = min(cublas[r.device], key=lambda c: abs((c[0] - when).total_seconds()))
+            ratios[r.kernel].append(r.tflops / base)
+    found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
+                    tuple(sorted(devices[k]))) for k in fastest]
+    return sorted(found, key=Ranked.key, reverse=True)
+
+
+def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None) -> Ranked | None:
+    """The best stored kernel at ``shape`` (see :func:`ranked`), or None where none is verified."""
+    found = ranked(db, precision, shape, arch, family)
+    return found[0] if found else None
