@@ -96,13 +96,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from gemmgen.tune.devices import TuneSpec, parse_devices, tune
     from gemmgen.tune.progress import Progress
 
+    if args.trials < 1:
+        raise InvalidParameter("--trials must be at least 1")
+    if args.workload:
+        from gemmgen.tune.workload import format_report, plan, tune_workload
+        from gemmgen.workload import load_workload
+
+        if args.shape:
+            raise InvalidParameter("give --shape or --workload, not both: the workload file lists its shapes")
+        if args.study:
+            raise InvalidParameter("--study names one study; with --workload each shape has its own, named as "
+                                   "`gemmgen tune --shape` names it")
+        workload = load_workload(args.workload)
+        arch = parse_arch(args.gpu) if args.gpu else detect_arch()
+        if arch is None:
+            raise GemmgenError("no GPU detected; tuning measures on the GPU it tunes for")
+        pairs = plan(workload, args.precision, args.family, arch)
+        devices = parse_devices(args.devices, device_count())
+        url = resolve_url(args.db)
+        base = TuneSpec("", "", (), url, None, args.sampler, args.seed, args.trials, args.timeout,
+                        args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu or arch.name)
+        print(f"gemmgen tune: workload {workload.name}, {len(workload.entries)} shapes in "
+              f"{', '.join(f'{p} ({f})' for p, f in pairs)}, {args.trials} trials per shape, on "
+              f"{', '.join(f'GPU{d}' for d in devices)}; results and studies in {url}", file=sys.stderr)
+        names = [f"GPU{d}" for d in devices] if len(devices) > 1 else [""]
+        results, interrupted = tune_workload(workload, pairs, arch, base, devices,
+                                             lambda total: Progress(total, names),
+                                             lambda line: print(f"gemmgen tune: {line}", file=sys.stderr))
+        print(format_report(workload, results))
+        if interrupted:
+            print("interrupted: every trial so far is stored; run the same command again to go on")
+        return 130 if interrupted else 0
+    if not args.family:
+        raise InvalidParameter("--family is required with --shape (e.g. gemmgen tune --family warp --shape 4096); "
+                               "only --workload picks one per precision")
     space = load_space(args.family)
     precision = space.precision(args.precision)
     shapes = tuple(parse_shape(s) for s in (args.shape or ["4096"]))
     if args.gpu:
         parse_arch(args.gpu)
-    if args.trials < 1:
-        raise InvalidParameter("--trials must be at least 1")
     devices = parse_devices(args.devices, device_count())
     url = resolve_url(args.db)
     spec = TuneSpec(space.family, precision, shapes, url, args.study, args.sampler, args.seed, args.trials,
@@ -170,7 +202,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    source = render_kernel(select_config(args), harness=args.harness)
+    if args.dispatch:
+        source = _dispatcher_source(args)
+    else:
+        if args.workload:
+            raise InvalidParameter("--workload goes with --dispatch (one kernel per shape, chosen at run time)")
+        if args.shape and len(args.shape) > 1:
+            raise InvalidParameter("`emit best` takes one --shape; for several, emit a dispatcher: "
+                                   "gemmgen emit --dispatch --shape S1 --shape S2 ...")
+        args.shape = args.shape[0] if args.shape else None
+        source = render_kernel(select_config(args), harness=args.harness)
     if args.output:
         try:
             with open(args.output, "w") as f:
@@ -181,6 +222,52 @@ def cmd_emit(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(source)
     return 0
+
+
+def _dispatcher_source(args: argparse.Namespace) -> str:
+    """`emit --dispatch (--workload FILE | --shape S ...) --precision P [--family F] --gpu ARCH`."""
+    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.dispatch.emit import render_dispatcher
+    from gemmgen.dispatch.select import plan_dispatch
+    from gemmgen.problem import parse_shape
+    from gemmgen.workload import load_workload
+
+    if args.point or args.set:
+        raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set")
+    if bool(args.workload) == bool(args.shape):
+        raise InvalidParameter("--dispatch needs the shapes to serve: --workload FILE or --shape MxNxK (repeatable), "
+                               "not both")
+    if args.workload:
+        workload = load_workload(args.workload)
+        shapes = workload.shapes
+        precision = args.precision or (workload.precisions[0] if len(workload.precisions) == 1 else None)
+        if precision is None or precision not in workload.precisions:
+            raise InvalidParameter(f"--dispatch --workload {args.workload}: give --precision, one of the workload's "
+                                   f"{', '.join(workload.precisions)} (a dispatcher serves one precision)")
+    else:
+        shapes = [parse_shape(s) for s in args.shape]
+        precision = args.precision
+        if not precision:
+            raise InvalidParameter("--dispatch needs --precision (fp32, tf32, fp16 or bf16)")
+    arch = _target(args.gpu)
+    url = resolve_url(args.db)
+    plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family)
+    for shape in plan.missing:
+        print(f"gemmgen: nothing verified stored at {shape} for {precision} on {arch.name}: "
+              "served by the nearest tuned shape's kernel", file=sys.stderr)
+    served = ", ".join(f"{s.shape} -> {plan.kernels[s.kernel].name}" for s in plan.served)
+    print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} shape(s): {served}",
+          file=sys.stderr)
+    if args.workload:
+        emit_args = ["--dispatch", "--workload", args.workload, "--precision", precision, "--gpu", arch.name]
+    else:
+        emit_args = ["--dispatch", *[w for s in args.shape for w in ("--shape", s)], "--precision", precision,
+                     "--gpu", arch.name]
+    if args.family:
+        emit_args += ["--family", args.family]
+    if args.harness:
+        emit_args.append("--harness")
+    return render_dispatcher(plan, emit_args, harness=args.harness)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -328,7 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_point_arguments(p)
     p.add_argument("--harness", action="store_true", help="add a main() that checks and times the kernel")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--shape", metavar="MxNxK", help="with `emit best`: the problem shape")
+    p.add_argument("--shape", action="append", metavar="MxNxK", help="with `emit best`: the problem shape; with "
+                   "--dispatch: a shape to serve (repeatable)")
+    p.add_argument("--dispatch", action="store_true", help="one file with the best stored kernels of several shapes "
+                   "(--workload or --shape) and a launcher that picks one by (M, N, K); see gemmgen.best")
+    p.add_argument("--workload", metavar="FILE", help="with --dispatch: the shapes of a workload file")
     _add_db_argument(p)
     p.set_defaults(func=cmd_emit)
 
@@ -353,16 +444,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tune", help="Optuna search over a family's space on the GPUs present; stores every trial")
-    p.add_argument("--family", required=True, choices=list(FAMILIES))
+    p.add_argument("--family", choices=list(FAMILIES), help="required with --shape; with --workload, by default "
+                   "hopper on sm_90 (else mma) for tf32, fp16 and bf16, warp for fp32")
     p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
     p.add_argument("--devices", default="0", metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
                    "one study (default 0)")
-    p.add_argument("--precision", help="default: the first in the family's search space")
+    p.add_argument("--precision", help="default: the first in the family's search space; with --workload: only "
+                   "this one of the workload's precisions")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
                    "mean of TFLOP/s over the shapes (default 4096)")
+    p.add_argument("--workload", metavar="FILE", help="tune every shape and precision of a workload file (TOML, "
+                   "e.g. workloads/llama3-8b.toml), one study per shape: the one `--shape` uses; not with --shape")
     p.add_argument("--trials", type=int, default=100, help="feasible points to measure now (default 100); points "
-                   "that break a constraint are recorded but not counted")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long")
+                   "that break a constraint are recorded but not counted. With --workload: per shape, the trials "
+                   "its study should have in all (a shape that has them is skipped, so a re-run goes on)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long "
+                   "(with --workload: per shape)")
     p.add_argument("--study", help="study name (default: family-precision-arch-shapes)")
     p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")
     p.add_argument("--seed", type=int)

@@ -13,7 +13,7 @@ from gemmgen.paths import templates_dir
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,  # a missing variable is an error, never empty text
@@ -45,7 +45,7 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
     validated KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
     g = config.geometry
     u_in, u_acc = tolerance.UNIT_ROUNDOFF[config.precision]
-    template = _environment().get_template(config.family.template)
+    template = environment().get_template(config.family.template)
     return template.render(
         version=__version__,
         name=config.name,
@@ -76,7 +76,8 @@ def template_hash(config: KernelConfig) -> str:
     """SHA-256 (first 16 hex digits) of the template files a config's source is made from."""
     folder = templates_dir()
     digest = hashlib.sha256()
-    for name in ("base.cu.j2", "common.cuh.j2", "launcher.cuh.j2", config.family.template):
+    for name in ("base.cu.j2", "common.cuh.j2", "launcher.cuh.j2", "launch_types.cuh", "ptx.cuh", "ptx_sm90.cuh",
+                 config.family.template):
         digest.update((folder / name).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -9,7 +9,7 @@ import pytest
 import gemmgen
 from gemmgen.config import make_config
 from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import _environment, render_kernel
+from gemmgen.render import environment, render_kernel
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 JINJA_SYNTAX = ("{{", "{%", "{#")  # openers only: "}}" is ordinary C++ (nested blocks)
@@ -140,7 +140,7 @@ def test_different_points_render_differently():
 
 
 def test_environment_is_strict():
-    env = _environment()
+    env = environment()
     assert env.undefined is jinja2.StrictUndefined
     with pytest.raises(jinja2.UndefinedError):
         env.from_string("int x = {{ missing }};").render()

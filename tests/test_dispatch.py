@@ -1,0 +1,152 @@
+"""`emit --dispatch` without a GPU: which kernels a dispatcher takes from the results database
+(gemmgen.dispatch.select), the file it writes, built as a library with nvcc, asked which kernel
+each shape gets (<launcher>_choice) and what a launch needs (_describe), and the CLI's errors."""
+
+import ctypes
+import time
+
+import pytest
+from conftest import launcher_of
+from test_suite import store
+
+from gemmgen.arch import parse_arch
+from gemmgen.build import build_library
+from gemmgen.cli import main
+from gemmgen.db import ResultsDB
+from gemmgen.dispatch.emit import render_dispatcher
+from gemmgen.dispatch.select import plan_dispatch
+from gemmgen.errors import GemmgenError
+from gemmgen.points import resolve_point
+from gemmgen.problem import Shape
+from gemmgen.runtime import Launcher
+
+SM90 = parse_arch("sm_90")
+BIG, MID, THIN = "hopper_128x256_c2_s4_g8_ov_fp16", "hopper_64x128_c1_s8_g4_fp16", "hopper_32x64_c1_s8_sw_fp16"
+CUBE, WIDE, SKINNY = Shape(4096, 4096, 4096), Shape(4096, 11008, 4096), Shape(16, 4096, 4096)
+SMALL = Shape(1024, 1024, 1024)
+
+
+def _stored(tmp_path, rows):
+    """A results database holding, for each (shape, kernel, ratio), the kernel at ratio x a cuBLAS
+    time stored just before it."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = ResultsDB(url)
+    for shape, kernel, ratio in rows:
+        store(db, "cublas_fp16", "cublas", "fp16", shape, 100.0)
+        store(db, kernel, "hopper", "fp16", shape, 100.0 * ratio)
+        time.sleep(0.002)
+    return db, url
+
+
+def test_shapes_share_a_kernel_within_two_percent_of_their_best(tmp_path):
+    other = "hopper_128x128_c2_s5_g4_ov_fp16"
+    db, _ = _stored(tmp_path, [
+        (CUBE, BIG, 1.01), (CUBE, MID, 0.95),
+        (WIDE, other, 1.04), (WIDE, BIG, 1.025),  # BIG is 1.4% behind the best at WIDE: it serves both
+        (SMALL, MID, 1.06), (SMALL, BIG, 0.90),   # BIG is 15% behind: SMALL keeps MID
+        (SKINNY, THIN, 1.05)])
+    plan = plan_dispatch(db, "fp16", SM90, [CUBE, WIDE, SMALL, SKINNY, CUBE, Shape(7, 7, 7)])
+    assert [c.name for c in plan.kernels] == [BIG, MID, THIN]  # most shapes first, then the higher scores
+    names = {s.shape: plan.kernels[s.kernel].name for s in plan.served}
+    assert names == {CUBE: BIG, WIDE: BIG, SMALL: MID, SKINNY: THIN}
+    wide = next(s for s in plan.served if s.shape == WIDE)
+    assert (wide.score, wide.best_kernel, wide.best_score) == (pytest.approx(1.025), other, pytest.approx(1.04))
+    assert plan.missing == (Shape(7, 7, 7),) and plan.devices == ("H100",)
+    # with no sharing allowed every shape keeps its own best
+    strict = plan_dispatch(db, "fp16", SM90, [CUBE, WIDE, SMALL, SKINNY], share_within=0.0)
+    assert {s.shape: strict.kernels[s.kernel].name for s in strict.served}[WIDE] == other
+    assert len(strict.kernels) == 4
+
+
+def test_nothing_stored_for_any_shape_is_one_clear_error(tmp_path):
+    db, _ = _stored(tmp_path, [(CUBE, BIG, 1.0)])
+    with pytest.raises(GemmgenError, match=r"no verified bf16 kernel stored for sm_90 at any of the 1 shape\(s\) "
+                                           r"\(4096x4096x4096\); tune them first"):
+        plan_dispatch(db, "bf16", SM90, [CUBE])
+    with pytest.raises(GemmgenError, match="no verified fp16 kernel stored for sm_80"):
+        plan_dispatch(db, "fp16", parse_arch("sm_80"), [CUBE])  # the hopper kernels do not build for sm_80
+
+
+@pytest.fixture(scope="module")
+def dispatcher(tmp_path_factory, build_cache):
+    """The dispatcher of BIG / MID / THIN over four tuned shapes, built as a library."""
+    db, _ = _stored(tmp_path_factory.mktemp("db"), [(CUBE, BIG, 1.01), (SMALL, MID, 1.06), (SKINNY, THIN, 1.05),
+                                                    (WIDE, BIG, 1.03)])
+    plan = plan_dispatch(db, "fp16", SM90, [CUBE, SMALL, SKINNY, WIDE])
+    source = render_dispatcher(plan, ["--dispatch", "--shape", "4096"])
+    build = build_library(source, plan.kernels[0].build_arch)
+    assert build.ok, build.log
+    launcher = Launcher(build.library)
+    choice = launcher._lib.gemmgen_gemm_choice
+    choice.restype, choice.argtypes = ctypes.c_char_p, [ctypes.c_int] * 3
+    return plan, source, launcher, lambda m, n, k: choice(m, n, k).decode()
+
+
+@pytest.mark.nvcc
+def test_tuned_shapes_get_their_kernel_and_others_the_nearest_tuned_shapes(dispatcher):
+    plan, _, _, choice = dispatcher
+    for s in plan.served:
+        assert choice(s.shape.m, s.shape.n, s.shape.k) == plan.kernels[s.kernel].name
+    # nearest by the sum of |log ratios|: M = 32 is nearer 16 (x2) than 1024; 8000 nearer 4096
+    assert choice(32, 4096, 4096) == THIN
+    assert choice(900, 1100, 1000) == MID
+    assert choice(8000, 8000, 8000) == BIG
+    assert choice(4096, 14336, 4096) == BIG  # nearer 4096x11008x4096
+    assert choice(1, 1, 1) == THIN and choice(0, 5, 5) == choice(*(lambda s: (s.m, s.n, s.k))(plan.served[0].shape))
+
+
+@pytest.mark.nvcc
+def test_the_dispatcher_describes_the_launch_of_the_kernel_it_picks(dispatcher):
+    """The same grid and workspace as the chosen kernel's own launcher; shapes it cannot take are
+    refused with that kernel's message."""
+    plan, _, launcher, choice = dispatcher
+    own = {c.name: launcher_of(c) for c in plan.kernels}
+    for m, n, k in ((16, 4096, 4096), (1000, 1000, 1000), (4095, 4097, 4093), (33, 17, 9)):
+        mine = launcher.describe(m, n, k, resident=132)
+        theirs = own[choice(m, n, k)].describe(m, n, k, resident=132)
+        assert (tuple(mine.grid), mine.flag_words, mine.partial_bytes) == \
+               (tuple(theirs.grid), theirs.flag_words, theirs.partial_bytes)
+    assert launcher.precision == "fp16"
+    from gemmgen.runtime import ShapeRefused
+    with pytest.raises(ShapeRefused, match="M, N and K must be >= 1"):
+        launcher.describe(0, 4, 4, resident=132)
+
+
+def test_the_header_lists_the_kernels_and_the_table(dispatcher):
+    plan, source, _, _ = dispatcher
+    assert f"//   0  {plan.kernels[0].name}" in source
+    assert "//   16x4096x4096           " in source and "105.0%" in source
+    assert source.count("namespace gg_") == 2 * len(plan.kernels)  # each kernel opened and closed once
+    assert source.count("#include <cuda_runtime.h>") == 1  # hoisted out of the kernels' namespaces
+
+
+@pytest.mark.nvcc
+def test_emit_dispatch_from_the_cli_builds_with_its_harness(capsys, tmp_path, build_cache):
+    _, url = _stored(tmp_path, [(CUBE, BIG, 1.01), (SKINNY, THIN, 1.05)])
+    argv = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "fp16", "--gpu",
+            "sm_90", "--db", url]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "gemmgen: dispatcher of 2 kernel(s) for 2 shape(s): 4096x4096x4096 -> " + BIG in captured.err
+    source = captured.out
+    # the regenerate line reproduces the file
+    line = next(ln for ln in source.splitlines() if ln.startswith("//   gemmgen emit "))
+    assert line == "//   gemmgen emit " + " ".join(argv[1:-2])
+    assert main([*argv, "--harness"]) == 0
+    harness = capsys.readouterr().out
+    assert "int main(" in harness
+    build = build_library(harness, resolve_point(BIG, "sm_90").build_arch)
+    assert build.ok, build.log
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dispatch", "--precision", "fp16"], "--dispatch needs the shapes to serve: --workload FILE or --shape"),
+    (["--dispatch", "v4", "--shape", "64", "--precision", "fp32"], "--dispatch takes its kernels from the results"),
+    (["--dispatch", "--shape", "64"], "--dispatch needs --precision"),
+    (["best", "--shape", "64", "--shape", "128", "--precision", "fp32"], "`emit best` takes one --shape"),
+    (["v4", "--workload", "w.toml"], "--workload goes with --dispatch"),
+])
+def test_emit_dispatch_errors_are_one_line_and_exit_2(capsys, argv, message):
+    assert main(["emit", *argv, "--gpu", "sm_90"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err

@@ -1,0 +1,81 @@
+"""On the GPU: an emitted dispatcher (`emit --dispatch`), built as a library the way a user builds
+it, called through its C launcher over the 30-call sequence of test_gpu_sequence.py (mixed shapes,
+misaligned pointers, beta = 0 with C poisoned), by plan too, and on two streams at once; every
+result against the float64 reference. Its kernels go to different calls, so a launch after
+another kernel's must still be right."""
+
+import numpy as np  # noqa: F401 (the calls fixture's buffers)
+import pytest
+from conftest import call_sequence
+from test_gpu_sequence import ARCH, SEED, calls  # noqa: F401 (calls is a fixture)
+
+from gemmgen.build import build_library
+from gemmgen.config import make_config
+from gemmgen.dispatch.emit import render_dispatcher
+from gemmgen.dispatch.select import DispatchPlan, Served
+from gemmgen.points import NAMED_POINTS
+from gemmgen.problem import Shape
+from gemmgen.runtime import Launcher
+
+pytestmark = pytest.mark.gpu
+
+
+def _kernels(precision):
+    """Three kernels of different families or options, valid on this GPU."""
+    if precision == "fp32":
+        return [NAMED_POINTS["v4"].config(ARCH), NAMED_POINTS["splitk"].config(ARCH),
+                make_config("warp", {**NAMED_POINTS["v4"].params, "BM": 64, "WM": 32, "swizzle": 8}, "fp32", ARCH)]
+    if ARCH.cc == 90:
+        return [NAMED_POINTS[f"hopper_{precision}"].config(ARCH),
+                make_config("hopper", {"BM": 64, "BN": 128, "consumers": 1, "stages": 6, "streamk": 1}, precision, ARCH),
+                make_config("mma", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "split_k": 4},
+                            precision, ARCH)]
+    return [NAMED_POINTS[f"mma_{precision}"].config(ARCH),
+            make_config("mma", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "split_k": 4}, precision, ARCH),
+            make_config("mma", {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 2, "WARPS_N": 2}, precision, ARCH)]
+
+
+@pytest.fixture(scope="module", params=["fp32", "tf32", "fp16", "bf16"])
+def dispatcher(request, build_cache):
+    precision = request.param
+    kernels = _kernels(precision)
+    shapes = sorted({Shape(m, n, k) for m, n, k, *_ in call_sequence(SEED)}, key=lambda s: (s.m, s.n, s.k))
+    table = tuple(Served(s, i % len(kernels), 1.0, kernels[i % len(kernels)].name, 1.0)
+                  for i, s in enumerate(shapes[::3]))  # a third of the shapes tuned, the rest nearest
+    plan = DispatchPlan(precision, ARCH, tuple(kernels), table, (), ("test",))
+    build = build_library(render_dispatcher(plan, ["--dispatch"]), kernels[0].build_arch)
+    assert build.ok, build.log
+    return precision, Launcher(build.library)
+
+
+def test_sequence_through_the_dispatcher(bench, dispatcher, calls):
+    precision, launcher = dispatcher
+    drv = bench.gpu.drv
+    assert launcher.precision == precision
+    for i, call in enumerate(calls(precision)):
+        call.reset_c(drv)
+        args = (call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
+        if i % 3 == 2:
+            with launcher.plan(*args) as plan:
+                plan.run()
+                bench.gpu.synchronize()
+        else:
+            launcher.launch(*args)
+            bench.gpu.synchronize()
+        call.check(drv, precision, f"dispatcher ({precision}), call {i} of the sequence")
+
+
+def test_two_streams_at_once(bench, dispatcher, calls):
+    precision, launcher = dispatcher
+    drv = bench.gpu.drv
+    streams = [drv.Stream(), drv.Stream()]
+    sequence = calls(precision)[:12]
+    for call in sequence:
+        call.reset_c(drv)
+    bench.gpu.synchronize()
+    for i, call in enumerate(sequence):
+        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c,
+                        stream=streams[i % 2].handle)
+    bench.gpu.synchronize()
+    for i, call in enumerate(sequence):
+        call.check(drv, precision, f"dispatcher ({precision}), call {i} on stream {i % 2}")
