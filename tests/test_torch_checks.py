@@ -1,0 +1,205 @@
+"""gemmgen.torch's rules for tensors and targets (gemmgen.torch_checks), on plain values: no torch,
+no GPU. Each message is asserted with its text; tests/test_gpu_torch.py raises them through the
+tensors themselves."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gemmgen.arch import parse_arch
+from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.points import NAMED_POINTS
+from gemmgen.render import render_kernel
+from gemmgen.runtime import GpuUnavailable
+from gemmgen.torch_checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
+                                  is_row_major, row_major_strides, runs_on, source_target)
+
+ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
+
+
+def mat(shape, dtype="torch.float16", *, address, stride=None, device="cuda:0", **kw) -> Operand:
+    """A dense tensor's facts: row-major unless ``stride`` is given."""
+    return Operand(tuple(shape), tuple(stride) if stride is not None else row_major_strides(tuple(shape)), dtype,
+                   device, address, ITEMSIZE[dtype], **kw)
+
+
+# a 100 x 64 fp16 A, a 64 x 32 fp16 B and a 100 x 32 fp32 C, in separate allocations
+A = mat((100, 64), address=0x100000)
+B = mat((64, 32), address=0x200000)
+C = mat((100, 32), "torch.float32", address=0x300000)
+
+
+def refused(message: str):
+    return pytest.raises(TensorError, match=f"^{re.escape(message)}$")
+
+
+def test_the_module_imports_without_torch():
+    code = "import sys, gemmgen.torch_checks; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_dtypes_come_from_the_element_types():
+    assert [dtype_for(p) for p in ("fp32", "tf32", "fp16", "bf16")] == [
+        "torch.float32", "torch.float32", "torch.float16", "torch.bfloat16"]
+    with pytest.raises(GemmgenError, match=re.escape(
+            "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16); is the library from a "
+            "newer gemmgen?")):
+        dtype_for("fp8")
+
+
+def test_row_major_strides_ignore_dimensions_of_one():
+    assert row_major_strides((3, 4)) == (4, 1)
+    assert row_major_strides((0, 4)) == (4, 1)
+    assert is_row_major((3, 4), (4, 1))
+    assert not is_row_major((4, 3), (1, 4))  # a transposed 3 x 4
+    assert not is_row_major((3, 2), (4, 1))  # two columns of a 3 x 4
+    assert is_row_major((5, 1), (1, 7))  # one column of a 5 x 7 matrix's transpose: never stepped along
+    assert is_row_major((1, 5), (99, 1))  # one row of a wider matrix
+    assert is_row_major((0, 5), (1, 1))  # empty
+
+
+def test_a_good_call_gives_m_n_k():
+    assert check_call("fp16", A, B, None, 0.0) == (100, 32, 64)
+    assert check_call("fp16", A, B, C, -0.75) == (100, 32, 64)
+    tf32 = check_call("tf32", mat((7, 3), "torch.float32", address=0x100), mat((3, 5), "torch.float32", address=0x200),
+                      None, 0.0)
+    assert tf32 == (7, 5, 3)
+    bf16 = mat((2, 2), "torch.bfloat16", address=0x100)
+    assert check_call("bf16", bf16, mat((2, 1), "torch.bfloat16", address=0x200), None, 0.0) == (2, 1, 2)
+
+
+def test_empty_dimensions_pass_to_the_caller():
+    assert check_call("fp16", mat((0, 64), address=0), B, None, 0.0) == (0, 32, 64)
+    assert check_call("fp16", mat((100, 0), address=0), mat((0, 32), address=0), C, 0.5) == (100, 32, 0)
+    # an empty out shares no byte with anything, wherever it points
+    assert check_call("fp16", A, mat((64, 0), address=0x200000), mat((100, 0), "torch.float32", address=0x100000),
+                      0.0) == (100, 0, 64)
+
+
+def test_inputs_must_be_2d_of_the_kernels_dtype():
+    with refused("a must be a 2-D matrix; it has 3 dimension(s) (shape (2, 100, 64))"):
+        check_call("fp16", mat((2, 100, 64), address=0x1000), B, None, 0.0)
+    with refused("b must be a 2-D matrix; it has 1 dimension(s) (shape (64,))"):
+        check_call("fp16", A, mat((64,), address=0x1000), None, 0.0)
+    with refused("a is torch.float32, but this kernel's precision is fp16, which takes torch.float16: convert it "
+                 "with a.to(torch.float16)"):
+        check_call("fp16", mat((100, 64), "torch.float32", address=0x1000), B, None, 0.0)
+    with refused("b is torch.float16, but this kernel's precision is tf32, which takes torch.float32: convert it "
+                 "with b.to(torch.float32)"):
+        check_call("tf32", mat((100, 64), "torch.float32", address=0x1000), B, None, 0.0)
+    with refused("b is torch.float16, but this kernel's precision is bf16, which takes torch.bfloat16: convert it "
+                 "with b.to(torch.bfloat16)"):
+        check_call("bf16", mat((100, 64), "torch.bfloat16", address=0x1000), B, None, 0.0)
+
+
+def test_inputs_must_be_dense_cuda_tensors_without_grad():
+    with refused("a is on cpu; gemmgen kernels take CUDA tensors: move it with a.cuda() (or .to('cuda:N'))"):
+        check_call("fp16", mat((100, 64), address=0x1000, device="cpu"), B, None, 0.0)
+    with refused("b is on meta; gemmgen kernels take CUDA tensors: move it with b.cuda() (or .to('cuda:N'))"):
+        check_call("fp16", A, mat((64, 32), address=0, device="meta"), None, 0.0)
+    with refused("a is a torch.sparse_coo tensor; gemmgen kernels take dense (torch.strided) tensors: pass "
+                 "a.to_dense()"):
+        check_call("fp16", Operand((100, 64), (), "torch.float16", "cuda:0", 0, 2, "torch.sparse_coo"), B, None, 0.0)
+    with refused("b requires grad, and gemmgen kernels have no backward: call under torch.no_grad() or "
+                 "torch.inference_mode(), or pass b.detach()"):
+        check_call("fp16", A, mat((64, 32), address=0x200000, needs_grad=True), None, 0.0)
+
+
+def test_inputs_must_be_contiguous_row_major():
+    with refused("b is not contiguous row-major: shape (64, 32) with strides (1, 64), where row-major has (32, 1); "
+                 "pass b.contiguous() (gemmgen does not copy it for you)"):
+        check_call("fp16", A, mat((64, 32), address=0x200000, stride=(1, 64)), None, 0.0)
+    with refused("a is not contiguous row-major: shape (100, 64) with strides (128, 1), where row-major has (64, 1); "
+                 "pass a.contiguous() (gemmgen does not copy it for you)"):
+        check_call("fp16", mat((100, 64), address=0x1000, stride=(128, 1)), B, None, 0.0)
+
+
+def test_inputs_must_share_a_device_and_their_inner_dimension():
+    with refused("a is on cuda:0 and b on cuda:1; put both on one device"):
+        check_call("fp16", A, mat((64, 32), address=0x200000, device="cuda:1"), None, 0.0)
+    with refused("a is 100 x 64 and b is 65 x 32: a's columns (K=64) must equal b's rows (65)"):
+        check_call("fp16", A, mat((65, 32), address=0x200000), None, 0.0)
+
+
+def test_dimensions_must_fit_the_launchers_int():
+    wide = mat((1, 2**31), address=0x1000)
+    with refused("K=2147483648 is larger than the launcher's int takes (2147483647); split the product"):
+        check_call("fp16", wide, mat((2**31, 1), address=0x200000), None, 0.0)
+    with refused("N=2147483648 is larger than the launcher's int takes (2147483647); split the product"):
+        check_call("fp16", mat((1, 1), address=0x200000), wide, None, 0.0)
+
+
+def test_beta_needs_an_out():
+    with refused("beta=0.5 adds beta * out to the product, and no out was given: pass out (fp32, M x N), or beta=0"):
+        check_call("fp16", A, B, None, 0.5)
+
+
+def test_out_must_be_fp32_m_by_n_contiguous_on_a_device():
+    with refused("out must be 100 x 32 (a's rows x b's columns); it has shape (32, 100)"):
+        check_call("fp16", A, B, mat((32, 100), "torch.float32", address=0x300000), 0.0)
+    with refused("out is torch.float16; gemmgen kernels write C in torch.float32: make it with "
+                 "torch.empty(100, 32, dtype=torch.float32, device=a.device)"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float16", address=0x300000), 0.0)
+    with refused("out is on cpu; gemmgen kernels take CUDA tensors: move it with out.cuda() (or .to('cuda:N'))"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=0x300000, device="cpu"), 0.0)
+    with refused("out is on cuda:1 and a on cuda:0; put them on one device"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=0x300000, device="cuda:1"), 0.0)
+    with refused("out requires grad, and gemmgen kernels have no backward: call under torch.no_grad() or "
+                 "torch.inference_mode(), or pass out.detach()"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=0x300000, needs_grad=True), 0.0)
+    with refused("out is not contiguous row-major: shape (100, 32) with strides (1, 100), where row-major has "
+                 "(32, 1); pass out.contiguous() (gemmgen does not copy it for you)"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=0x300000, stride=(1, 100)), 0.0)
+
+
+def test_out_must_not_overlap_a_or_b():
+    a_end = A.address + 100 * 64 * 2
+    with refused("out overlaps a in memory; C is written while A and B are read: pass an out of its own"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=a_end - 4), 0.0)
+    with refused("out overlaps b in memory; C is written while A and B are read: pass an out of its own"):
+        check_call("fp16", A, B, mat((100, 32), "torch.float32", address=B.address - 100 * 32 * 4 + 4), 0.0)
+    # right after A and right before B: no byte shared
+    assert check_call("fp16", A, B, mat((100, 32), "torch.float32", address=a_end), 0.0) == (100, 32, 64)
+    assert check_call("fp16", A, B, mat((100, 32), "torch.float32", address=B.address - 100 * 32 * 4),
+                      0.0) == (100, 32, 64)
+
+
+def test_source_target_reads_the_emitted_header():
+    assert source_target(render_kernel(NAMED_POINTS["hopper_fp16"].config("sm_90"))) == "sm_90a"
+    assert source_target(render_kernel(NAMED_POINTS["v4"].config("sm_89"))) == "sm_89"
+    assert source_target("__global__ void k() {}\n") is None
+    # a dispatcher: one header per kernel; the architecture-specific target builds them all
+    mma, hopper = (render_kernel(NAMED_POINTS[p].config("sm_90")) for p in ("mma_fp16", "hopper_fp16"))
+    assert source_target(mma + hopper) == "sm_90a" and source_target(mma + mma) == "sm_90"
+
+
+def test_code_runs_on_its_own_cc_and_plain_targets_on_newer_ones():
+    assert runs_on(parse_arch("sm_90"), 90) and runs_on(parse_arch("sm_80"), 90)
+    assert runs_on(parse_arch("sm_90a"), 90) and not runs_on(parse_arch("sm_90a"), 100)
+    assert not runs_on(parse_arch("sm_90"), 89)
+
+
+def test_build_target_prefers_gpu_then_the_file_then_the_device():
+    assert build_target("sm_89", "sm_80", 90).name == "sm_80"
+    assert build_target("sm_90a", None, 90).name == "sm_90a"
+    assert build_target(None, None, 89).name == "sm_89"
+    assert build_target("sm_90a", None, None).name == "sm_90a"  # no GPU: built, not checked
+    with pytest.raises(GpuUnavailable, match=re.escape(
+            "no CUDA device is visible to PyTorch and the file names no target: pass gpu= (e.g. gpu='sm_90') to "
+            "build it anyway")):
+        build_target(None, None, None)
+    with pytest.raises(InvalidParameter, match="unknown GPU architecture 'sm_91'"):
+        build_target(None, "sm_91", 90)
+
+
+def test_build_target_refuses_what_the_gpu_cannot_run():
+    with pytest.raises(TargetMismatch, match=re.escape(
+            "a kernel built for sm_90a cannot run on this GPU (sm_100): sm_90a code runs on sm_90 alone; emit it "
+            "for this GPU (gemmgen emit ... --gpu sm_100)")):
+        build_target("sm_90a", None, 100)
+    with pytest.raises(TargetMismatch, match=re.escape(
+            "a kernel built for sm_90 cannot run on this GPU (sm_80): code for a newer GPU does not run on an older "
+            "one; emit it for this GPU (gemmgen emit ... --gpu sm_80)")):
+        build_target(None, "sm_90", 80)
