@@ -1,0 +1,136 @@
+"""gemmgen kernels called on PyTorch tensors (``pip install 'gemmgen[torch]'``)::
+
+    $ gemmgen emit hopper_fp16 > gemm.cu
+    >>> import torch, gemmgen.torch
+    >>> gemm = gemmgen.torch.load("gemm.cu")   # nvcc builds it once (cached), then it is loaded
+    >>> a = torch.rand(4096, 1024, device="cuda", dtype=torch.float16)
+    >>> b = torch.rand(1024, 2048, device="cuda", dtype=torch.float16)
+    >>> c = gemm(a, b)                          # fp32 a @ b, 4096 x 2048, on the current stream
+
+:func:`load` takes an emitted file or a library built from one (a dispatcher too: it exports the
+same functions) and returns a :class:`GemmOp`, which calls the launcher through
+:class:`gemmgen.runtime.Launcher` on the current torch stream of A's device. The rules it checks
+tensors by, and their messages, are in :mod:`gemmgen.torch_checks` (importable without torch).
+
+A GemmOp is no autograd function (it refuses tensors that need grad) and not a registered torch
+operator (torch.compile cannot trace through it).
+"""
+
+import re
+from pathlib import Path
+
+import torch
+
+from gemmgen.build import DEFAULT_FLAGS, build_library
+from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.runtime import Launcher
+from gemmgen.torch_checks import Operand, TensorError, build_target, check_call, dtype_for, source_target
+
+__all__ = ["BuildFailed", "GemmOp", "TensorError", "load"]
+
+DEFAULT_LAUNCHER = "gemmgen_gemm"
+
+
+class BuildFailed(GemmgenError):
+    """nvcc could not build a .cu file given to :func:`load` (the message holds its log)."""
+
+
+def _operand(name: str, t) -> Operand:
+    if not isinstance(t, torch.Tensor):
+        raise TensorError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    strided = t.layout == torch.strided  # only dense tensors have strides and one data pointer
+    return Operand(shape=tuple(t.shape), stride=tuple(t.stride()) if strided else (), dtype=str(t.dtype),
+                   device=str(t.device), address=t.data_ptr() if strided else 0, itemsize=t.element_size(),
+                   layout=str(t.layout), needs_grad=t.requires_grad and torch.is_grad_enabled())
+
+
+class GemmOp:
+    """One loaded launcher: ``op(a, b)`` is ``a @ b`` in fp32 through the gemmgen kernel.
+
+    ``precision`` is the launcher's ("fp32", "tf32", "fp16" or "bf16") and ``dtype`` the torch
+    dtype it takes for A and B (tf32 kernels take torch.float32); ``launcher`` is the
+    gemmgen.runtime.Launcher underneath, ``path`` the library.
+    """
+
+    def __init__(self, launcher: Launcher, path: str | Path):
+        self.launcher = launcher
+        self.path = Path(path)
+        self.precision = launcher.precision
+        self.dtype: torch.dtype = getattr(torch, dtype_for(self.precision).removeprefix("torch."))
+
+    def __repr__(self) -> str:
+        return f"GemmOp({str(self.path)!r}, precision={self.precision!r})"
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                 alpha: float = 1.0, beta: float = 0.0) -> torch.Tensor:
+        """``out = alpha * a @ b + beta * out``; returns ``out``.
+
+        a (M x K) and b (K x N): tensors of ``self.dtype`` on one CUDA device, contiguous
+        row-major (a transposed view is refused: pass ``.contiguous()``; nothing is copied).
+        out: torch.float32 (M x N), contiguous, on that device, sharing no memory with a or b;
+        None: a new one (then beta must be 0). With beta == 0 out is not read (NaN in it does not
+        matter). alpha and beta reach the kernel as fp32.
+
+        The work is queued on ``torch.cuda.current_stream(a.device)`` and the call returns
+        without waiting, as torch's own operations do. Empty products follow torch.addmm: M or
+        N == 0 returns out as it is; K == 0 makes out ``beta * out`` (zeros where beta == 0).
+
+        Raises TensorError (gemmgen.torch_checks: the first rule broken, with the fix) before
+        any work is queued, gemmgen.runtime.ShapeRefused where the kernel cannot take M, N, K
+        (the launcher's reason), and gemmgen.runtime.LaunchFailed for any other CUDA error.
+        """
+        ops = _operand("a", a), _operand("b", b), None if out is None else _operand("out", out)
+        m, n, k = check_call(self.precision, *ops, beta)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        if m == 0 or n == 0:
+            return out
+        if k == 0:
+            return out.zero_() if beta == 0 else out.mul_(beta)
+        # The launcher's CUDA runtime works on the current device's primary context, torch's own.
+        with torch.cuda.device(a.device):
+            stream = torch.cuda.current_stream(a.device).cuda_stream
+            self.launcher.launch(m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+                                 stream)
+        return out
+
+    mm = __call__
+
+    def release(self) -> None:
+        """Free the workspace the launcher keeps per stream and device (split-K partial sums,
+        stream-K flags, packed operands); it waits for each such device's work first. The next
+        call allocates again."""
+        self.launcher.release()
+
+
+def load(path: str | Path, *, gpu: str | None = None, launcher: str = DEFAULT_LAUNCHER) -> GemmOp:
+    """A GemmOp for ``path``: a library built from an emitted file (any name but ``*.cu``), or an
+    emitted ``.cu`` file, which is built first with gemmgen.build.build_library (nvcc, cached).
+
+    A .cu file is built for ``gpu`` (e.g. "sm_90") where given, else for the target its header
+    names (``gemmgen emit --gpu``), else for torch's current CUDA device; it is refused when that
+    device cannot run the result. ``launcher``: the name of the launcher's functions (a library
+    built with -DGEMMGEN_LAUNCHER=name; a .cu file is then built with that name).
+
+    Raises BuildFailed (nvcc's log), gemmgen.torch_checks.TargetMismatch,
+    gemmgen.errors.InvalidParameter (an unknown ``gpu`` or a malformed ``launcher``),
+    gemmgen.errors.ToolNotFound (no nvcc), gemmgen.runtime.LaunchFailed where the library
+    cannot be loaded or is no gemmgen launcher, and OSError where ``path`` cannot be read.
+    """
+    if not re.fullmatch(r"[A-Za-z_]\w*", launcher):
+        raise InvalidParameter(f"launcher={launcher!r} is not a C name (letters, digits and _, not first a digit)")
+    path = Path(path)
+    library = path
+    if path.suffix == ".cu":
+        source = path.read_text()
+        device_cc = None
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            device_cc = major * 10 + minor
+        arch = build_target(source_target(source), gpu, device_cc)
+        flags = DEFAULT_FLAGS if launcher == DEFAULT_LAUNCHER else (*DEFAULT_FLAGS, f"-DGEMMGEN_LAUNCHER={launcher}")
+        result = build_library(source, arch, flags)
+        if not result.ok:
+            raise BuildFailed(f"nvcc could not build {path} for {arch.name}:\n{result.log}")
+        library = result.library
+    return GemmOp(Launcher(library, launcher), library)
