@@ -196,6 +196,10 @@ class Launcher:
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
         self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # "fp32", "tf32", "fp16" or "bf16"
+        try:  # a dispatcher (emit --dispatch) names the kernel it gives a shape
+            self._choice = fn("_choice", ctypes.c_char_p, [_INT, _INT, _INT])
+        except LaunchFailed:
+            self._choice = None
 
     def _function(self, suffix: str, restype, argtypes):
         try:
@@ -236,6 +240,11 @@ class Launcher:
         if why is not None:
             raise ShapeRefused(f"refused M={m} N={n} K={k}: {why.decode()}")
         return info
+
+    def choice(self, m: int, n: int, k: int) -> str | None:
+        """The name of the kernel a dispatcher's launch at M x N x K goes to (its own rule), or
+        None where the library is a single kernel."""
+        return self._choice(m, n, k).decode() if self._choice else None
 
     def held(self, stream: int = 0) -> Held:
         """The workspace the launcher keeps for ``stream`` on the current device."""

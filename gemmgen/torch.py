@@ -96,6 +96,11 @@ class GemmOp:
 
     mm = __call__
 
+    def choice(self, m: int, n: int, k: int) -> str | None:
+        """For a dispatcher (`emit --dispatch`), the kernel an M x N x K call goes to; None for a
+        single kernel."""
+        return self.launcher.choice(m, n, k)
+
     def release(self) -> None:
         """Free the workspace the launcher keeps per stream and device (split-K partial sums,
         stream-K flags, packed operands); it waits for each such device's work first. The next

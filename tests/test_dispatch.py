@@ -2,7 +2,6 @@
 (gemmgen.dispatch.select), the file it writes, built as a library with nvcc, asked which kernel
 each shape gets (<launcher>_choice) and what a launch needs (_describe), and the CLI's errors."""
 
-import ctypes
 import time
 
 import pytest
@@ -77,9 +76,7 @@ def dispatcher(tmp_path_factory, build_cache):
     build = build_library(source, plan.kernels[0].build_arch)
     assert build.ok, build.log
     launcher = Launcher(build.library)
-    choice = launcher._lib.gemmgen_gemm_choice
-    choice.restype, choice.argtypes = ctypes.c_char_p, [ctypes.c_int] * 3
-    return plan, source, launcher, lambda m, n, k: choice(m, n, k).decode()
+    return plan, source, launcher, launcher.choice
 
 
 @pytest.mark.nvcc
@@ -107,6 +104,7 @@ def test_the_dispatcher_describes_the_launch_of_the_kernel_it_picks(dispatcher):
         assert (tuple(mine.grid), mine.flag_words, mine.partial_bytes) == \
                (tuple(theirs.grid), theirs.flag_words, theirs.partial_bytes)
     assert launcher.precision == "fp16"
+    assert launcher_of(plan.kernels[0]).choice(5, 5, 5) is None  # a single kernel's library has no rule
     from gemmgen.runtime import ShapeRefused
     with pytest.raises(ShapeRefused, match="M, N and K must be >= 1"):
         launcher.describe(0, 4, 4, resident=132)
