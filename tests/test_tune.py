@@ -192,3 +192,25 @@ def test_progress_lines_and_live_bars():
     bars(event)
     bars.close()
     assert "GPU1" in out.getvalue() and "1/10" in out.getvalue() and "best 41.00 TFLOP/s (82% of cuBLAS)" in out.getvalue()
+
+
+def test_the_retimed_are_kept_on_the_study(url):
+    report = make_tuner(url, FakeBench(ResultsDB(url)), seed=4).run(6)
+    kept = optuna.load_study(study_name="s", storage=url).user_attrs[tune.loop.RETIMED_ATTR]
+    assert kept == [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio} for r in report.retimed]
+    assert len(kept) >= 1 and kept[0]["ratio"] > 0
+
+
+def test_extra_first_points_come_after_the_named_points_once(url):
+    extra = {**point_spec("v4")[2], "BN": 64}  # v4 with a 64-column tile: another feasible point
+    name = make_config("warp", extra, "fp32", SM90).name
+    for _ in range(2):  # opened twice: enqueued once
+        t = tune.Tuner(FakeBench(ResultsDB(url)), load_space("warp"), "fp32", SM90, SHAPES, study="s", storage=url,
+                       sampler="random", seed=0, jobs=1, log=lambda line: None,
+                       first=[(extra, {"seeded_from": "a kernel at 1x2x3"})])
+    t.compile_fn = fake_compile
+    t.run(3, retime=False)
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    assert [t.user_attrs.get("named_point") or t.user_attrs.get("seeded_from") for t in trials] == \
+        ["v4", "splitk", "a kernel at 1x2x3"]
+    assert trials[2].user_attrs["kernel"] == name and trials[2].state.name == "COMPLETE"

@@ -33,6 +33,7 @@ class TuneSpec:
     jobs: int  # compile workers in all, shared out among the devices
     compile_timeout_s: float
     arch: str | None  # --gpu, which must be the GPU's own
+    first: tuple[tuple[dict, dict], ...] = ()  # extra first trials, (params, user_attrs): Tuner's ``first``
 
 
 def parse_devices(text: str, count: int) -> list[int]:
@@ -58,7 +59,8 @@ def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: 
 
     return Tuner(bench, load_space(spec.family), spec.precision, arch, list(spec.shapes), study=spec.study,
                  storage=spec.url, sampler=spec.sampler, seed=seed, jobs=jobs,
-                 compile_timeout_s=spec.compile_timeout_s, progress=progress, device=device)
+                 compile_timeout_s=spec.compile_timeout_s, progress=progress, device=device,
+                 first=list(spec.first))
 
 
 def _open_bench(spec: TuneSpec, index: int):

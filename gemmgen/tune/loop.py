@@ -48,6 +48,7 @@ from gemmgen.tune.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat
 GIVE_UP = 1.25  # a candidate slower than this times the best median so far is timed no further
 RETIME_TOP = 3  # points re-timed in alternation with cuBLAS at the end
 FINAL_TAG = ":final"  # the re-timed rows' tag: the study's name and this
+RETIMED_ATTR = "retimed"  # the study's user attribute that keeps the last re-timing's results
 MAX_ASKS_PER_TRIAL = 50  # grid: asks per requested trial before giving up on a space of few feasible points
 _ANY_STATUS = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 
@@ -175,6 +176,10 @@ class Tuner:
     ``measure_cublas(precision, shape)`` returning :class:`Measured` (the real one is
     :class:`gemmgen.measure.Bench`; tests pass a deterministic stand-in). ``progress`` receives
     one event (a dict) per note and per finished trial (tune.progress renders them).
+
+    The study's first trials, enqueued once however often it is opened: the family's named points,
+    then ``first`` -- (params, user_attrs) pairs, e.g. the winners at a workload's other shapes with
+    ``{"seeded_from": "<kernel> at <shape>"}``; params name the space's parameters only.
     """
 
     def __init__(self, bench, space: SearchSpace, precision: str, arch, shapes: list[Shape], *,
@@ -182,7 +187,7 @@ class Tuner:
                  jobs: int = 1, compile_timeout_s: float = DEFAULT_TIMEOUT_S,
                  log: Callable[[str], None] = print, progress: Callable[[dict], None] | None = None,
                  device: str = "", heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
-                 grace_period_s: int = GRACE_PERIOD_S):
+                 grace_period_s: int = GRACE_PERIOD_S, first: list[tuple[dict, dict]] = ()):
         self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, space.precision(precision), arch, shapes
         self.jobs, self.compile_timeout_s, self.log = max(1, jobs), compile_timeout_s, log
         self.device = device
@@ -191,8 +196,8 @@ class Tuner:
         self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
-        first = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)]
-        self.study = open_study(self.storage, storage, self.study_name, self.sampler, first)
+        named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)]
+        self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
         self._stop = threading.Event()
         self.compile_fn = _compile  # what the worker processes run; tests substitute a stand-in
 
@@ -462,7 +467,9 @@ class Tuner:
     def retime_best(self, top: int = RETIME_TOP) -> list[Retimed]:
         """The ``top`` best points of the study (by their stored TFLOP/s) re-timed at every shape in
         alternation with cuBLAS, as `gemmgen bench` times them, and recorded (tagged with the study's
-        name and FINAL_TAG); best ratio first."""
+        name and FINAL_TAG); best ratio first. They are also kept on the study (user attribute
+        RETIMED_ATTR: [{"kernel", "tflops", "ratio"}], best first), so that a later run can report
+        them without measuring again."""
         ranked = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
                         key=lambda t: t.value, reverse=True)
         seen, configs = set(), []
@@ -489,4 +496,7 @@ class Tuner:
                                        geometric_mean(ratios) if all(ratios) else None))
         finally:
             self.bench.interleave, self.bench.tag = interleave, tag
-        return sorted(out, key=lambda r: (r.ratio or 0.0, r.tflops), reverse=True)
+        out.sort(key=lambda r: (r.ratio or 0.0, r.tflops), reverse=True)
+        kept = [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio} for r in out]
+        self.study.set_user_attr(RETIMED_ATTR, kept)
+        return out
