@@ -6,6 +6,7 @@ or many at once on one study.
 - :mod:`gemmgen.tune.storage`: the study in the results database, safe for many tuners.
 - :mod:`gemmgen.tune.devices`: one tuner per GPU of this machine, on one study.
 - :mod:`gemmgen.tune.progress`: what a run shows while it goes.
+- :mod:`gemmgen.tune.workload`: every shape and precision of a workload file, a study each.
 """
 
 from gemmgen.tune.loop import (Budget, Retimed, TrialOutcome, Tuner, TuneReport, _compile, named_points_in,
