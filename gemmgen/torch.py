@@ -17,6 +17,7 @@ operator (torch.compile cannot trace through it).
 """
 
 import re
+import threading
 from pathlib import Path
 
 import torch
@@ -29,6 +30,8 @@ from gemmgen.torch_checks import Operand, TensorError, build_target, check_call,
 __all__ = ["BuildFailed", "GemmOp", "TensorError", "load"]
 
 DEFAULT_LAUNCHER = "gemmgen_gemm"
+_PLANS_KEPT = 256  # launches whose host work a GemmOp keeps, for calls that repeat them
+_INT_MAX = 2**31 - 1
 
 
 class BuildFailed(GemmgenError):
@@ -57,6 +60,7 @@ class GemmOp:
         self.path = Path(path)
         self.precision = launcher.precision
         self.dtype: torch.dtype = getattr(torch, dtype_for(self.precision).removeprefix("torch."))
+        self._plans: dict = {}  # launch arguments -> Plan, oldest first (at most _PLANS_KEPT)
 
     def __repr__(self) -> str:
         return f"GemmOp({str(self.path)!r}, precision={self.precision!r})"
@@ -79,20 +83,61 @@ class GemmOp:
         any work is queued, gemmgen.runtime.ShapeRefused where the kernel cannot take M, N, K
         (the launcher's reason), and gemmgen.runtime.LaunchFailed for any other CUDA error.
         """
-        ops = _operand("a", a), _operand("b", b), None if out is None else _operand("out", out)
-        m, n, k = check_call(self.precision, *ops, beta)
+        if self._plain(a, b, out, beta):
+            (m, k), n = a.shape, b.shape[1]
+        else:
+            ops = _operand("a", a), _operand("b", b), None if out is None else _operand("out", out)
+            m, n, k = check_call(self.precision, *ops, beta)
         if out is None:
             out = torch.empty((m, n), dtype=torch.float32, device=a.device)
         if m == 0 or n == 0:
             return out
         if k == 0:
             return out.zero_() if beta == 0 else out.mul_(beta)
-        # The launcher's CUDA runtime works on the current device's primary context, torch's own.
-        with torch.cuda.device(a.device):
-            stream = torch.cuda.current_stream(a.device).cuda_stream
-            self.launcher.launch(m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
-                                 stream)
+        # The launcher's CUDA runtime works on the current device's primary context, torch's own;
+        # switching devices costs microseconds, so only where a is on another one.
+        args = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr())
+        if a.device.index == torch.cuda.current_device():
+            self._launch(args, torch.cuda.current_stream().cuda_stream)
+        else:
+            with torch.cuda.device(a.device):
+                self._launch(args, torch.cuda.current_stream(a.device).cuda_stream)
         return out
+
+    def _plain(self, a, b, out, beta) -> bool:
+        """True for the everyday call -- dense, contiguous CUDA tensors of this op's dtype on one
+        device, fitting shapes, an fp32 out apart from them, no grad -- judged with torch's own
+        cheap predicates. It accepts a subset of what check_call accepts (test_gpu_torch.py
+        checks that on many tensors); anything else goes through check_call, which says what
+        is wrong."""
+        T = torch.Tensor
+        if not (type(a) is T and type(b) is T and a.dtype is self.dtype and b.dtype is self.dtype
+                and a.layout is torch.strided and b.layout is torch.strided and a.is_cuda
+                and a.device == b.device and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
+                and a.is_contiguous() and b.is_contiguous() and max(a.shape[0], a.shape[1], b.shape[1]) <= _INT_MAX
+                and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
+            return False
+        if out is None:
+            return beta == 0
+        if not (type(out) is T and out.dtype is torch.float32 and out.layout is torch.strided and out.device == a.device
+                and out.shape == (a.shape[0], b.shape[1]) and out.is_contiguous()):
+            return False
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * 4
+        return all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo for t in (a, b))
+
+    def _launch(self, args: tuple, stream: int) -> None:
+        """Queue the launch: through a plan made earlier for the same arguments (the launcher's
+        host work -- checks, workspace, tensor maps -- done once), else a new one, kept for
+        next time. A plan is the launch it was made for, so reusing one is the same launch; plans
+        are per thread, as the launcher's workspace of cudaStreamPerThread is."""
+        key = (*args, stream, threading.get_ident())
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.launcher.plan(*args, stream)
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.pop(next(iter(self._plans))).close()
+            self._plans[key] = plan
+        plan.run()
 
     mm = __call__
 

@@ -24,7 +24,8 @@ def _kernels(precision):
     """Three kernels of different families or options, valid on this GPU."""
     if precision == "fp32":
         return [NAMED_POINTS["v4"].config(ARCH), NAMED_POINTS["splitk"].config(ARCH),
-                make_config("warp", {**NAMED_POINTS["v4"].params, "BM": 64, "WM": 32, "swizzle": 8}, "fp32", ARCH)]
+                make_config("warp", {**NAMED_POINTS["v4"].params, "BM": 64, "WM": 32, "TM": 4, "swizzle": 8}, "fp32",
+                            ARCH)]
     if ARCH.cc == 90:
         return [NAMED_POINTS[f"hopper_{precision}"].config(ARCH),
                 make_config("hopper", {"BM": 64, "BN": 128, "consumers": 1, "stages": 6, "streamk": 1}, precision, ARCH),

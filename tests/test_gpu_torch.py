@@ -226,3 +226,57 @@ def test_each_refusal_through_tensors(ops, arch):
     with pytest.raises(ShapeRefused, match=re.escape(
             f"refused M=8388481 N=1 K=1: {name}: M must be <= 8388480 (at most 65535 blocks along y)")):
         op(tall, torch.rand(1, 1, device="cuda"))
+
+
+def test_the_quick_check_accepts_only_what_the_full_check_accepts(ops):
+    """GemmOp._plain (torch's own predicates, for the everyday call) must never pass a call that
+    check_call refuses: over tensors breaking each rule, and good ones, _plain True implies the
+    full check passes with the same M, N, K."""
+    from gemmgen.torch import _operand
+    from gemmgen.torch_checks import check_call
+
+    op = ops["hopper_fp16"] if "hopper_fp16" in ops else ops["mma_bf16"]
+    dt = op.dtype
+    a, b, out = torch.rand(64, 32, device="cuda").to(dt), torch.rand(32, 48, device="cuda").to(dt), torch.empty(64, 48, device="cuda")
+    big = torch.empty(64 * 48 + 64 * 32, device="cuda")
+    cases = [
+        (a, b, None, 0.0), (a, b, out, 0.0), (a, b, out, 0.5), (a, b, None, 0.5),
+        (a.float(), b, out, 0.0), (a.cpu(), b.cpu(), None, 0.0), (a.t().contiguous().t(), b, out, 0.0),
+        (a[:, :16], b[:16], None, 0.0), (a[1:], b, None, 0.0), (a, b, out[:, :47], 0.0), (a, b, out.double(), 0.0),
+        (a, b, out.t().contiguous().t(), 0.0), (a.unsqueeze(0), b, None, 0.0), (a, b, out.half(), 0.0),
+        (a, b.requires_grad_(False).clone().requires_grad_(True), None, 0.0), (a.to_sparse(), b, None, 0.0),
+        (a, b, big[: 64 * 48].view(64, 48), 0.0),
+    ]
+    # an out that overlaps a: a's memory seen as fp32
+    raw = torch.empty(64 * 48, device="cuda")
+    cases.append((raw.view(dt)[: 64 * 32].view(64, 32), b, raw.view(64, 48), 0.0))
+    quick = 0
+    for i, (x, y, z, beta) in enumerate(cases):
+        if not op._plain(x, y, z, beta):
+            continue
+        quick += 1
+        ops_ = _operand("a", x), _operand("b", y), None if z is None else _operand("out", z)
+        assert check_call(op.precision, *ops_, beta) == (x.shape[0], y.shape[1], x.shape[1]), f"case {i}"
+    assert quick >= 4  # the good calls did take the quick path
+
+
+def test_a_repeated_call_reuses_its_launch_and_stays_right(ops):
+    """The second call with the same arguments runs the plan of the first (no new host work);
+    new contents in the same buffers, and the same buffers at another shape, give right results."""
+    op = ops["hopper_fp16"] if "hopper_fp16" in ops else ops["mma_bf16"]
+    rng = np.random.default_rng(3)
+    buf_a = torch.empty(300 * 200, device="cuda", dtype=op.dtype)
+    buf_b = torch.empty(200 * 500, device="cuda", dtype=op.dtype)
+    buf_c = torch.empty(300 * 500, device="cuda")
+    seen = set()
+    for m, n, k in ((300, 500, 200), (300, 500, 200), (200, 300, 100), (300, 500, 200)):
+        a, b, c = buf_a[: m * k].view(m, k), buf_b[: k * n].view(k, n), buf_c[: m * n].view(m, n)
+        a.copy_(random_input(rng, m, k, op.dtype)), b.copy_(random_input(rng, k, n, op.dtype))
+        c.fill_(float("nan"))
+        before = len(op._plans)
+        op(a, b, out=c)
+        torch.cuda.synchronize()
+        verdict = judge(op, a, b, c, None, 1.0, 0.0)
+        assert verdict.ok, f"{m}x{n}x{k}: {verdict.message}"
+        assert len(op._plans) == before + (0 if (m, n, k) in seen else 1)
+        seen.add((m, n, k))
