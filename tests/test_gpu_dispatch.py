@@ -7,7 +7,7 @@ another kernel's must still be right."""
 import numpy as np  # noqa: F401 (the calls fixture's buffers)
 import pytest
 from conftest import call_sequence
-from test_gpu_sequence import ARCH, SEED, calls  # noqa: F401 (calls is a fixture)
+from test_gpu_sequence import ARCH, SEED, calls, on_two_streams  # noqa: F401 (calls is a fixture)
 
 from gemmgen.build import build_library
 from gemmgen.config import make_config
@@ -68,15 +68,4 @@ def test_sequence_through_the_dispatcher(bench, dispatcher, calls):
 
 def test_two_streams_at_once(bench, dispatcher, calls):
     precision, launcher = dispatcher
-    drv = bench.gpu.drv
-    streams = [drv.Stream(), drv.Stream()]
-    sequence = calls(precision)[:12]
-    for call in sequence:
-        call.reset_c(drv)
-    bench.gpu.synchronize()
-    for i, call in enumerate(sequence):
-        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c,
-                        stream=streams[i % 2].handle)
-    bench.gpu.synchronize()
-    for i, call in enumerate(sequence):
-        call.check(drv, precision, f"dispatcher ({precision}), call {i} on stream {i % 2}")
+    on_two_streams(bench, launcher, calls(precision)[:12], precision, f"dispatcher ({precision})")

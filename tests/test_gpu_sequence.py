@@ -213,10 +213,18 @@ def test_two_streams_at_once_each_with_its_own_workspace(bench, libraries, calls
     """Calls of the sequence queued alternately on two streams with no wait between them: the
     launches of the two streams may run at the same time, so they must not share split-K counters,
     stream-K flags or partial sums."""
-    config, drv = POINTS[label], bench.gpu.drv
+    config = POINTS[label]
     launcher = Launcher(libraries[label][0])
+    streams = on_two_streams(bench, launcher, calls(config.precision)[:12], config.precision, config.name)
+    assert launcher.held(streams[0].handle).flag_bytes > 0 and launcher.held(streams[1].handle).flag_bytes > 0
+    assert launcher.held(streams[0].handle).flags != launcher.held(streams[1].handle).flags
+
+
+def on_two_streams(bench, launcher, sequence, precision, what):
+    """Queue the calls alternately on two new streams with no wait between them, then check each
+    against its reference; returns the streams."""
+    drv = bench.gpu.drv
     streams = [drv.Stream(), drv.Stream()]
-    sequence = calls(config.precision)[:12]
     for call in sequence:
         call.reset_c(drv)
     bench.gpu.synchronize()
@@ -224,10 +232,9 @@ def test_two_streams_at_once_each_with_its_own_workspace(bench, libraries, calls
         launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c,
                         stream=streams[i % 2].handle)
     bench.gpu.synchronize()
-    assert launcher.held(streams[0].handle).flag_bytes > 0 and launcher.held(streams[1].handle).flag_bytes > 0
-    assert launcher.held(streams[0].handle).flags != launcher.held(streams[1].handle).flags
     for i, call in enumerate(sequence):
-        call.check(drv, config.precision, f"{config.name}, call {i} on stream {i % 2}")
+        call.check(drv, precision, f"{what}, call {i} on stream {i % 2}")
+    return streams
 
 
 def test_the_points_cover_every_family_and_stateful_option():
