@@ -1,0 +1,165 @@
+"""Issue 17 on the GPU: the emitted dispatcher of a workload, called through gemmgen.torch, against
+cuBLAS (torch.mm with out_dtype=float32) at every workload shape, and at unseen shapes against the
+best stored kernel of the nearest tuned shape emitted alone; every result checked against float64.
+Alternating, median after warm-up, random data, L2 flushed (a read of 2x L2), C poisoned.
+usage: python benchmarks/torch_dispatch.py PRECISION DISPATCHER.cu DB OUT.json (needs a GPU and torch)"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+from gemmgen.arch import parse_arch
+from gemmgen.best import best, shape_distance
+from gemmgen.db import ResultsDB
+from gemmgen.problem import Shape
+from gemmgen.torch import load
+from gemmgen import verify
+from gemmgen.workload import load_workload
+
+precision, cu, db_path, out_path = sys.argv[1:5]
+wl = load_workload("workloads/llama3-8b.toml")
+dev = torch.device("cuda:0")
+op = load(cu)
+dtype = op.dtype
+from gemmgen.db import resolve_url
+db = ResultsDB(resolve_url(db_path), create=False)
+arch = parse_arch("sm_90")
+l2 = torch.cuda.get_device_properties(0).L2_cache_size
+flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=dev)
+UNSEEN = [Shape(32, 6144, 4096), Shape(64, 4096, 4096), Shape(256, 28672, 4096), Shape(512, 4096, 14336),
+          Shape(2048, 6144, 4096), Shape(3000, 4096, 4096), Shape(8192, 28672, 4096), Shape(100, 4096, 14336),
+          Shape(777, 6144, 4096), Shape(6144, 4096, 4096)]
+
+
+def timed(fns, rounds=40, warmup=3):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = [[] for _ in fns]
+    order = list(range(len(fns)))
+    for r in range(warmup + rounds):
+        for i in order:
+            flush_buf.sum()
+            fns[i][0]()  # poison
+            start.record()
+            fns[i][1]()
+            stop.record()
+            stop.synchronize()
+            if r >= warmup:
+                times[i].append(start.elapsed_time(stop))
+        order.reverse()
+    return [float(np.median(t)) for t in times]
+
+
+def timed_async(fns, rounds=40, warmup=3):
+    """As triton.testing.do_bench: the host queues every round without waiting, so a call's host
+    work overlaps the GPU's (the flush before it); events read once at the end."""
+    for _ in range(warmup):
+        for poison, fn in fns:
+            flush_buf.sum(); poison(); fn()
+    torch.cuda.synchronize()
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+          for _ in fns]
+    order = list(range(len(fns)))
+    for r in range(rounds):
+        for i in order:
+            flush_buf.sum()
+            fns[i][0]()
+            ev[i][r][0].record()
+            fns[i][1]()
+            ev[i][r][1].record()
+        order.reverse()
+    torch.cuda.synchronize()
+    return [float(np.median([s.elapsed_time(e) for s, e in row])) for row in ev]
+
+
+def check(c, a, b, k):
+    a64, b64 = a.double(), b.double()
+    ref = (a64 @ b64).cpu().numpy()
+    scale = (a64.abs() @ b64.abs()).cpu().numpy()
+    v = verify.compare(c.cpu().numpy(), ref, scale, precision, k)
+    return v.ok, v.rel_error if hasattr(v, "rel_error") else None, v.message
+
+
+single = {}
+
+
+def single_op(name):
+    if name not in single:
+        path = f"/tmp/single_{name}.cu"
+        subprocess.run([sys.executable, "-m", "gemmgen", "emit", name, "--gpu", "sm_90", "-o", path], check=True,
+                       capture_output=True)
+        single[name] = load(path)
+    return single[name]
+
+
+rows = []
+gen = torch.Generator(device=dev).manual_seed(7)
+for kind, shapes in (("workload", wl.shapes), ("unseen", UNSEEN)):
+    for s in shapes:
+        a = (torch.rand(s.m, s.k, device=dev, generator=gen) * 2 - 1).to(dtype)
+        b = (torch.rand(s.k, s.n, device=dev, generator=gen) * 2 - 1).to(dtype)
+        c = torch.empty(s.m, s.n, device=dev, dtype=torch.float32)
+        poison = lambda: c.fill_(float("nan"))
+        fns = [(poison, lambda: op(a, b, out=c)), (lambda: None, lambda: torch.mm(a, b, out_dtype=torch.float32))]
+        row = {"kind": kind, "shape": str(s), "kernel": op.choice(s.m, s.n, s.k)}
+        if kind == "unseen":
+            tuned = [t for t in wl.shapes]
+            near = min(tuned, key=lambda t: shape_distance(s, t))
+            ref_kernel = best(db, precision, near, arch).kernel
+            alone = single_op(ref_kernel)
+            c2 = torch.empty_like(c)
+            fns.append((lambda: c2.fill_(float("nan")), lambda: alone(a, b, out=c2)))
+            row.update(nearest=str(near), nearest_best=ref_kernel)
+        sync = timed(fns, rounds=20)
+        t = timed_async(fns)
+        row["sync_ms"], row["sync_cublas_ms"] = sync[0], sync[1]
+        row["sync_vs_cublas"] = sync[1] / sync[0]
+        row["ms"], row["cublas_ms"] = t[0], t[1]
+        row["vs_cublas"] = t[1] / t[0]
+        if kind == "unseen":
+            row["alone_ms"] = t[2]
+            row["vs_nearest_best"] = t[2] / t[0]
+        op(a, b, out=c)
+        torch.cuda.synchronize()
+        ok, _, msg = check(c, a, b, s.k)
+        row["correct"] = ok
+        row["message"] = msg
+        row["tflops"] = 2 * s.m * s.n * s.k / (t[0] * 1e-3) / 1e12
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del a, b, c
+        torch.cuda.empty_cache()
+
+# host time per call, queued without waiting (16 x 4096 x 4096)
+import time
+a = torch.rand(16, 4096, device=dev).to(dtype); b = torch.rand(4096, 4096, device=dev).to(dtype)
+c = torch.empty(16, 4096, device=dev)
+host = {}
+for label, fn in (("gemmgen.torch", lambda: op(a, b, out=c)), ("torch.mm", lambda: torch.mm(a, b, out_dtype=torch.float32)),
+                  ("launcher", lambda: op.launcher.launch(16, 4096, 4096, 1.0, a.data_ptr(), b.data_ptr(), 0.0, c.data_ptr(),
+                                                          torch.cuda.current_stream().cuda_stream))):
+    for _ in range(20): fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(500): fn()
+    host[label] = (time.perf_counter() - t0) / 500 * 1e6
+    torch.cuda.synchronize()
+print("host us per call:", json.dumps(host))
+
+ws = [r for r in rows if r["kind"] == "workload"]
+wmean = wl.weighted_mean({Shape(*map(int, r["shape"].split("x"))): r["vs_cublas"] for r in ws})
+wsync = wl.weighted_mean({Shape(*map(int, r["shape"].split("x"))): r["sync_vs_cublas"] for r in ws})
+summary = {"precision": precision, "weighted_geomean_vs_cublas": wmean, "sync_weighted_geomean_vs_cublas": wsync,
+           "host_us_per_call": host,
+           "unseen_min_vs_nearest_best": min(r["vs_nearest_best"] for r in rows if r["kind"] == "unseen"),
+           "all_correct": all(r["correct"] for r in rows)}
+json.dump({"rows": rows, "summary": summary}, open(out_path, "w"), indent=1)
+print(f"\n== {precision}: dispatcher through gemmgen.torch vs torch.mm(out_dtype=float32)")
+print(f"{'kind':<8} {'shape':<18} {'kernel':<44} {'TFLOP/s':>8} {'xcuBLAS':>8} {'xnearest':>8} {'sync':>6} ok")
+for r in rows:
+    near = f"{r['vs_nearest_best']:.3f}" if "vs_nearest_best" in r else ""
+    print(f"{r['kind']:<8} {r['shape']:<18} {r['kernel']:<44} {r['tflops']:8.1f} {r['vs_cublas']:8.3f} {near:>8} "
+          f"{r['sync_vs_cublas']:6.3f} "
+          f"{'ok' if r['correct'] else 'WRONG'}")
+print(json.dumps(summary))
