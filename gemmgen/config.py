@@ -14,7 +14,8 @@ from functools import cached_property
 from gemmgen import constraints
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.families import ELEMENT_TYPES, Family, Geometry, get_family
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.families import Family, Geometry, get_family
 
 DEFAULT_ARCH = "sm_90"
 
@@ -58,7 +59,7 @@ class KernelConfig:
     @property
     def element_type(self) -> str:
         """C type of A and B: float, __half or __nv_bfloat16."""
-        return ELEMENT_TYPES[self.precision][0]
+        return PRECISIONS[self.precision].c_type
 
 
 def make_config(family: str | Family, params: Mapping[str, object] | None = None,

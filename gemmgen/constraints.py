@@ -6,17 +6,15 @@ memory per block.
 """
 
 from gemmgen.arch import MAX_THREADS_PER_BLOCK, Arch
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.families.base import Family, Params
-
-# Lowest compute capability whose tensor cores (or FFMA, for fp32) take each precision.
-PRECISION_MIN_CC = {"fp32": 0, "fp16": 70, "tf32": 80, "bf16": 80}
 
 
 def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
     """Every violated constraint of the point, one line each with its values; [] if it is valid."""
     found = list(family.check(params, precision, derived))
     geometry = derived["geometry"]
-    need = PRECISION_MIN_CC[precision]
+    need = PRECISIONS[precision].min_cc
     if arch.cc < need:
         found.append(f"{precision} needs sm_{need} or newer; target is {arch.name}")
     if not family.runs_on(arch.cc):

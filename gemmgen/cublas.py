@@ -12,28 +12,13 @@ import glob
 import os
 from functools import lru_cache
 
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.errors import GemmgenError
 
 _OP_N = 0
 _CUBLAS_DEFAULT_MATH = 0
-_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
-_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+_CUDA_R_32F = 0  # C; the types of A and B and the compute type are in gemmgen.dtypes
 _GEMM_DEFAULT = -1
-
-# precision -> (A/B data type, compute type); C is always CUDA_R_32F.
-_GEMM_EX = {
-    "tf32": (_CUDA_R_32F, _COMPUTE_32F_FAST_TF32),
-    "fp16": (_CUDA_R_16F, _COMPUTE_32F),
-    "bf16": (_CUDA_R_16BF, _COMPUTE_32F),
-}
-
-# How each precision's baseline is called, stored with its measurements.
-BASELINE_API = {
-    "fp32": {"api": "cublasSgemm", "math": "CUBLAS_DEFAULT_MATH"},
-    "tf32": {"api": "cublasGemmEx", "compute": "CUBLAS_COMPUTE_32F_FAST_TF32", "types": "f32,f32->f32"},
-    "fp16": {"api": "cublasGemmEx", "compute": "CUBLAS_COMPUTE_32F", "types": "f16,f16->f32"},
-    "bf16": {"api": "cublasGemmEx", "compute": "CUBLAS_COMPUTE_32F", "types": "bf16,bf16->f32"},
-}
 
 
 class CublasError(GemmgenError):
@@ -74,15 +59,16 @@ class Cublas:
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float,
              c: int) -> None:
         """Row-major C = alpha * A @ B + beta * C for device pointers a, b, c (ints), with the
-        baseline of ``precision`` (see BASELINE_API)."""
+        baseline of ``precision`` (gemmgen.dtypes: cublasSgemm for fp32, else cublasGemmEx)."""
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         pa, pb, pc = ctypes.c_void_p(a), ctypes.c_void_p(b), ctypes.c_void_p(c)
-        if precision == "fp32":
+        dt = PRECISIONS[precision]
+        if dt.cublas_compute is None:
             status = self._lib.cublasSgemm_v2(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(al), pb, n, pa, k,
                                               ctypes.byref(be), pc, n)
             self._check(status, "cublasSgemm")
             return
-        dtype, compute = _GEMM_EX[precision]
+        dtype, compute = dt.cuda_type, dt.cublas_compute
         status = self._lib.cublasGemmEx(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(al), pb, dtype, n, pa,
                                          dtype, k, ctypes.byref(be), pc, _CUDA_R_32F, n, compute, _GEMM_DEFAULT)
         self._check(status, f"cublasGemmEx ({precision})")

@@ -10,9 +10,9 @@ Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
 import numpy as np
 
 from gemmgen import tolerance, verify
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.paths import templates_dir
 
-KIND = {"fp32": 0, "tf32": 0, "fp16": 1, "bf16": 2}  # how templates/check.cu reads each input type
 THREADS = 256
 _OUT_WORDS = 7  # gg_compare's out: 3 doubles, 4 unsigned 64-bit words
 _OUT_INIT = np.zeros(_OUT_WORDS, dtype=np.uint64)
@@ -53,7 +53,7 @@ class GpuChecker:
     def references(self, a, b, m: int, n: int, k: int, precision: str) -> References:
         """The float64 products of device operands a (M x K) and b (K x N), stored as
         ``precision``'s inputs (fp32 for tf32)."""
-        drv, kind = self.gpu.drv, KIND[precision]
+        drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
         a64, b64 = drv.mem_alloc(m * k * 8), drv.mem_alloc(k * n * 8)
         prod, absprod = drv.mem_alloc(m * n * 8), drv.mem_alloc(m * n * 8)
         try:

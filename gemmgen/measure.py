@@ -12,11 +12,11 @@ import numpy as np
 from gemmgen import verify
 from gemmgen.build import BuildResult, build_kernel, kernel_usage
 from gemmgen.config import KernelConfig
-from gemmgen.cublas import BASELINE_API, Cublas
+from gemmgen.cublas import Cublas
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
 from gemmgen.l2flush import L2Flush
-from gemmgen.families import ELEMENT_TYPES
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.gpucheck import GpuChecker, References
 from gemmgen.problem import Shape
 from gemmgen.render import render_kernel, source_hash, template_hash
@@ -64,7 +64,7 @@ class Measured:
         """Achieved bytes/s: Shape.bytes_moved (A, B read once, fp32 C written once) over the median time."""
         if not self.timing:
             return None
-        return self.shape.bytes_moved(ELEMENT_TYPES[self.precision][1]) / (self.timing.median_ms * 1e-3)
+        return self.shape.bytes_moved(PRECISIONS[self.precision].bytes) / (self.timing.median_ms * 1e-3)
 
     @property
     def baseline_ratio(self) -> float | None:
@@ -78,7 +78,7 @@ class Operands:
 
     def __init__(self, gpu: Gpu, shape: Shape, precision: str):
         self.gpu, self.shape, self.precision = gpu, shape, precision
-        esize = ELEMENT_TYPES[precision][1]
+        esize = PRECISIONS[precision].bytes
         drv = gpu.drv
         m, n, k = shape.m, shape.n, shape.k
         self.a = drv.mem_alloc(m * k * esize)
@@ -269,7 +269,7 @@ class Bench:
 
     def _cublas_kernel_id(self, precision: str) -> int:
         return self.db.kernel(name=f"cublas_{precision}", family="cublas", precision=precision,
-                              arch=self.gpu.info.arch.name, params=BASELINE_API[precision])
+                              arch=self.gpu.info.arch.name, params=dict(PRECISIONS[precision].baseline))
 
     def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
         s = ops.shape
@@ -280,7 +280,7 @@ class Bench:
         return run
 
     def measure_cublas(self, precision: str, shape: Shape) -> Measured:
-        """Verify, time and record cuBLAS's GEMM for ``precision`` (see cublas.BASELINE_API)."""
+        """Verify, time and record cuBLAS's GEMM for ``precision`` (see dtypes.Precision.baseline)."""
         ops = self.operands(shape, precision)
         run = self._cublas_runner(precision, ops)
         result = self._verify_and_time(run, ops, Measured("cublas", f"cublas_{precision}", precision, shape, "infeasible"),

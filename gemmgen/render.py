@@ -6,9 +6,10 @@ from functools import lru_cache
 
 import jinja2
 
-from gemmgen import __version__, tolerance
+from gemmgen import __version__
 from gemmgen.arch import MAX_GRID_Y
 from gemmgen.config import KernelConfig
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.paths import templates_dir
 
 
@@ -44,7 +45,7 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
     ``harness``, a main() that checks and times it. Every value in the source comes from a
     validated KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
     g = config.geometry
-    u_in, u_acc = tolerance.UNIT_ROUNDOFF[config.precision]
+    dt = PRECISIONS[config.precision]
     template = environment().get_template(config.family.template)
     return template.render(
         version=__version__,
@@ -67,8 +68,8 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         requires=requirements(config),
         emit_args=emit_args(config, harness),
         harness=harness,
-        u_in=repr(u_in),
-        u_acc=repr(u_acc),
+        u_in=repr(dt.u_in),
+        u_acc=repr(dt.u_acc),
     )
 
 

@@ -32,24 +32,18 @@ against the result ``ref``:
 
 import math
 
-# precision -> (u_in, u_acc)
-UNIT_ROUNDOFF = {
-    "fp32": (0.0, 2.0**-24),
-    "tf32": (2.0**-10, 2.0**-22),
-    "fp16": (0.0, 2.0**-22),
-    "bf16": (0.0, 2.0**-22),
-}
+from gemmgen.dtypes import PRECISIONS
 
 
 def elementwise_tolerance(precision: str, k: int) -> float:
     """elem_tol: ``|C - ref| <= elem_tol * scale`` must hold for every element."""
-    u_in, u_acc = UNIT_ROUNDOFF[precision]
+    u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
     return 2.0 * (2.0 * u_in + (k + 2) * u_acc)
 
 
 def normwise_tolerance(precision: str, k: int) -> float:
     """norm_tol: ``||C - ref||_F <= norm_tol * normwise_norm(...)`` must hold."""
-    u_in, u_acc = UNIT_ROUNDOFF[precision]
+    u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
     return 2.0 * u_in + 4.0 * math.sqrt(k) * u_acc
 
 

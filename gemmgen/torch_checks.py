@@ -17,13 +17,11 @@ from dataclasses import dataclass
 
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import GemmgenError
-from gemmgen.families import ELEMENT_TYPES
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.runtime import GpuUnavailable
 
 INT_MAX = 2**31 - 1  # the launcher takes M, N and K as C int
 
-# The torch dtype of each C element type in ELEMENT_TYPES (tf32 kernels read fp32 data).
-_TORCH_DTYPES = {"float": "torch.float32", "__half": "torch.float16", "__nv_bfloat16": "torch.bfloat16"}
 C_DTYPE = "torch.float32"  # C is fp32 in every precision
 
 
@@ -68,10 +66,10 @@ def dtype_for(precision: str) -> str:
     """The torch dtype name of A and B for a launcher of ``precision`` ("fp32", "tf32", "fp16",
     "bf16"): "torch.float32", "torch.float16" or "torch.bfloat16". Raises GemmgenError for a
     precision gemmgen.torch does not know (a library newer than this gemmgen)."""
-    if precision not in ELEMENT_TYPES:
+    if precision not in PRECISIONS:
         raise GemmgenError(f"gemmgen.torch does not know precision {precision!r} (it knows "
-                           f"{', '.join(ELEMENT_TYPES)}); is the library from a newer gemmgen?")
-    return _TORCH_DTYPES[ELEMENT_TYPES[precision][0]]
+                           f"{', '.join(PRECISIONS)}); is the library from a newer gemmgen?")
+    return PRECISIONS[precision].torch_dtype
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gemmgen import tolerance
+from gemmgen.dtypes import PRECISIONS
 
 # (alpha, beta) of the two checks: the plain product into a NaN-poisoned C (catches unwritten
 # elements and reads of C when beta == 0), then scaling and accumulation into C.
@@ -32,16 +33,16 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
     """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
     x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
-    if precision == "fp16":
-        return x.astype(np.float16)
-    if precision == "bf16":
+    storage = PRECISIONS[precision].numpy_storage
+    if storage == "bf16-bits":
         return to_bf16_bits(x)
-    return x
+    return x.astype(storage)
 
 
 def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
     """The exact values a kernel reads from ``x``, in float64."""
-    return from_bf16_bits(x).astype(np.float64) if precision == "bf16" else x.astype(np.float64)
+    bits = PRECISIONS[precision].numpy_storage == "bf16-bits"
+    return from_bf16_bits(x).astype(np.float64) if bits else x.astype(np.float64)
 
 
 @dataclass(frozen=True)

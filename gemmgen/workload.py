@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemmgen.errors import InvalidParameter
-from gemmgen.families import ELEMENT_TYPES
+from gemmgen.dtypes import PRECISIONS as _PRECISIONS
 from gemmgen.problem import MAX_DIM, Shape
 
-PRECISIONS = tuple(ELEMENT_TYPES)
+PRECISIONS = tuple(_PRECISIONS)
 TOP_KEYS = ("name", "description", "precisions", "shape")
 SHAPE_KEYS = ("m", "n", "k", "label", "weight")
 

@@ -10,8 +10,9 @@ import hashlib
 import math
 import shlex
 
-from gemmgen import __version__, tolerance
+from gemmgen import __version__
 from gemmgen.dispatch.select import DispatchPlan
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.render import environment, render_kernel
 
 
@@ -41,7 +42,7 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     first = plan.kernels[0]
     # one build for all: the arch-specific target (sm_90a) where any kernel needs it
     build = next((c.build_arch for c in plan.kernels if c.build_arch != c.arch), first.build_arch)
-    u_in, u_acc = tolerance.UNIT_ROUNDOFF[plan.precision]
+    dt = PRECISIONS[plan.precision]
     return environment().get_template("dispatch.cu.j2").render(
         version=__version__,
         emit_args=shlex.join(emit_args),
@@ -59,6 +60,6 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
         parts=parts,
         harness=harness,
         name="dispatcher",
-        u_in=repr(u_in),
-        u_acc=repr(u_acc),
+        u_in=repr(dt.u_in),
+        u_acc=repr(dt.u_acc),
     )

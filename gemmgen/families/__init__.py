@@ -2,7 +2,7 @@
 
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import fastgemm, hopper, mma, naive, register, shared, warp, wmma
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma
+from gemmgen.families.base import Family, Geometry, Param, Tma
 
 _MODULES = (naive, shared, register, warp, wmma, mma, fastgemm, hopper)
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in _MODULES}
@@ -16,4 +16,4 @@ def get_family(name: str) -> Family:
         raise InvalidParameter(f"unknown family {name!r}; families: {', '.join(FAMILIES)}") from None
 
 
-__all__ = ["ELEMENT_TYPES", "FAMILIES", "Family", "Geometry", "Param", "Tma", "get_family"]
+__all__ = ["FAMILIES", "Family", "Geometry", "Param", "Tma", "get_family"]

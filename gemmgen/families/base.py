@@ -14,13 +14,6 @@ from gemmgen.errors import InvalidParameter
 Value = int | str
 Params = Mapping[str, Value]
 
-# Precision name -> (C type of A and B in global memory, bytes per element).
-ELEMENT_TYPES = {
-    "fp32": ("float", 4),
-    "tf32": ("float", 4),
-    "fp16": ("__half", 2),
-    "bf16": ("__nv_bfloat16", 2),
-}
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ edge of the loads and clip the stores at C's edges, and the direct stores stay i
 M, N, K >= 1 is correct.
 """
 
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, Tma, divides
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.families.base import Family, Geometry, Param, Tma, divides
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
@@ -77,14 +78,11 @@ ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dy
 C_BOX = (SWIZZLE_BYTES // 4, 16)
 C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
 C_BUFFERS = 2
-WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8}
-WGMMA_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
-TMA_TYPE = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-            "tf32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}  # tf32 mma reads fp32 bits, ignoring the low 13
 
 
 def derive(p, precision):
-    esize = ELEMENT_TYPES[precision][1]
+    dt = PRECISIONS[precision]
+    esize = dt.bytes
     # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk
     bk = SWIZZLE_BYTES // esize
     # C^T = B^T A^T: consumers split columns, and the tile's BM rows are wgmma's N (8..256 in steps
@@ -121,9 +119,9 @@ def derive(p, precision):
         "C_BUFFERS": C_BUFFERS,
         "B_LOADS": b_loads,
         "SK_FLAGS_PER_BLOCK": p["consumers"],  # stream-K: a flag per consumer warpgroup of each block
-        "WGMMA_K": WGMMA_K[precision],
-        "WGMMA_TYPE": WGMMA_TYPE[precision],
-        "TMA_TYPE": TMA_TYPE[precision],
+        "WGMMA_K": dt.mma_k,
+        "WGMMA_TYPE": dt.ptx_type,
+        "TMA_TYPE": dt.tma_type,
         # 128 * (40 + consumers * REGS) must fit the SM's 64K registers
         "PRODUCER_REGS": 40,
         "CONSUMER_REGS": 232 if p["consumers"] == 2 else 240,

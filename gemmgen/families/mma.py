@@ -26,19 +26,15 @@ small shapes that leave SMs idle; the partial tiles are added in split order by 
 to finish, as in warp (common.cuh.j2's gg_splitk_reduce), so results are deterministic.
 """
 
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, divides
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.families.base import Family, Geometry, Param, divides
 
-MMA_K = {"tf32": 8, "fp16": 16, "bf16": 16}
-MMA_INSTRUCTION = {
-    "fp16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-    "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-    "tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
-}
 MAX_ACC_REGS = 128  # fp32 accumulators per thread; more leaves too few registers for fragments
 
 
 def derive(p, precision):
-    esize = ELEMENT_TYPES[precision][1]
+    dt = PRECISIONS[precision]
+    esize = dt.bytes
     vec = 16 // esize  # elements per 16-byte copy
     warps = p["WARPS_M"] * p["WARPS_N"]
     wm, wn = p["BM"] // p["WARPS_M"], p["BN"] // p["WARPS_N"]
@@ -47,8 +43,8 @@ def derive(p, precision):
         "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
                              smem_bytes=p["stages"] * stage * esize, pack_vec=vec,
                              split_k=p["split_k"]),
-        "MMA_K": MMA_K[precision],
-        "MMA_INSTRUCTION": MMA_INSTRUCTION[precision],
+        "MMA_K": dt.mma_k,
+        "MMA_INSTRUCTION": f"mma.sync.aligned.m16n8k{dt.mma_k}.row.col.f32.{dt.ptx_type}.{dt.ptx_type}.f32",
         "VEC": vec,
         "WM": wm,
         "WN": wn,
@@ -63,7 +59,7 @@ def check(p, precision, d):
     # fp16/bf16 B fragments come in pairs of n8 tiles (one ldmatrix.x4.trans)
     divides(v, "each warp's columns must be whole pairs of n8 tiles", "BN", p["BN"], "16*WARPS_N",
             16 * p["WARPS_N"])
-    divides(v, f"a {precision} mma is {MMA_K[precision]} deep", "BK", p["BK"], "mma K", MMA_K[precision])
+    divides(v, f"a {precision} mma is {d['MMA_K']} deep", "BK", p["BK"], "mma K", d["MMA_K"])
     divides(v, "A's tile rows are copied in 16-byte pieces", "BK", p["BK"], "16-byte vector", d["VEC"])
     acc = d["MT"] * d["NT"] * 4
     if acc > MAX_ACC_REGS:

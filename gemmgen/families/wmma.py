@@ -6,15 +6,15 @@ and B (BK x BN) are staged row-major in shared memory, rows padded by PAD elemen
 accumulators are staged through shared memory for a guarded, vectorized epilogue.
 """
 
-from gemmgen.families.base import ELEMENT_TYPES, Family, Geometry, Param, cdiv, divides
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
 
-FRAG_K = {"tf32": 8, "fp16": 16, "bf16": 16}
 C_PAD = 4  # floats per staged C row; store_matrix_sync needs a multiple of 4
 MAX_ACC_REGS = 128
 
 
 def derive(p, precision):
-    esize = ELEMENT_TYPES[precision][1]
+    esize = PRECISIONS[precision].bytes
     threads = 32 * p["WARPS_M"] * p["WARPS_N"]
     vec = 16 // esize
     lda, ldb, ldc = p["BK"] + p["PAD"], p["BN"] + p["PAD"], p["BN"] + C_PAD
@@ -22,7 +22,7 @@ def derive(p, precision):
     smem_c = p["BM"] * ldc * 4
     return {
         "geometry": Geometry((threads, 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=max(smem_ab, smem_c)),
-        "FRAG_K": FRAG_K[precision],
+        "FRAG_K": PRECISIONS[precision].mma_k,
         "FM": max(p["BM"] // p["WARPS_M"] // 16, 1),
         "FN": max(p["BN"] // p["WARPS_N"] // 16, 1),
         "VEC": vec,
@@ -41,12 +41,12 @@ def check(p, precision, d):
     divides(v, "each warp's rows must be whole 16-row fragments", "BM", p["BM"], "16*WARPS_M", 16 * p["WARPS_M"])
     divides(v, "each warp's columns must be whole 16-column fragments", "BN", p["BN"], "16*WARPS_N",
             16 * p["WARPS_N"])
-    divides(v, f"a {precision} fragment is {FRAG_K[precision]} deep", "BK", p["BK"], "fragment K", FRAG_K[precision])
+    divides(v, f"a {precision} fragment is {d['FRAG_K']} deep", "BK", p["BK"], "fragment K", d["FRAG_K"])
     acc_regs = d["FM"] * d["FN"] * 8  # a 16x16 fp32 accumulator fragment is 8 registers per thread
     if acc_regs > MAX_ACC_REGS:
         v.append(f"accumulators need FM*FN*8 = {d['FM']}*{d['FN']}*8 = {acc_regs} registers per thread; "
                  f"at most {MAX_ACC_REGS} leave room for the fragments of A and B without spilling")
-    esize = ELEMENT_TYPES[precision][1]
+    esize = PRECISIONS[precision].bytes
     if (p["PAD"] * esize) % 16:
         v.append(f"wmma needs shared-memory rows in multiples of 16 bytes: PAD={p['PAD']} {precision} elements "
                  f"= {p['PAD'] * esize} bytes, must be a multiple of 16")

@@ -1,0 +1,58 @@
+"""One home for what gemmgen knows about each precision: the element type of A and B and its
+codes for CUDA, cuBLAS, TMA, PTX and PyTorch, how the float64 reference reads it, the rounding
+units the tolerance is built from, and the oldest GPU that computes in it. C is fp32 throughout.
+
+Every module reads these facts from here (``PRECISIONS[name]`` or :func:`get`); none keeps a
+table of its own. tf32 is fp32 data that the tensor cores round to 10 mantissa bits.
+"""
+
+from dataclasses import dataclass
+
+from gemmgen.errors import InvalidParameter
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    c_type: str  # CUDA type of A and B in global memory
+    bytes: int  # per element of A and B
+    min_cc: int  # oldest compute capability whose tensor cores (FFMA for fp32) take it
+    u_in: float  # unit roundoff of the inputs as the multiply reads them (0: exact; see tolerance.py)
+    u_acc: float  # unit roundoff of the fp32 accumulation, with the tensor cores' own rounding
+    numpy_storage: str  # how host arrays hold it: "float32", "float16" or "bf16-bits" (uint16)
+    check_kind: int  # how templates/check.cu reads an input (0 float, 1 half, 2 bfloat16 bits)
+    torch_dtype: str  # the torch dtype of A and B
+    cuda_type: int  # cudaDataType of A and B (cublasGemmEx)
+    cublas_compute: int | None  # cublasComputeType_t of cublasGemmEx; None: cublasSgemm
+    baseline: tuple[tuple[str, str], ...]  # how the cuBLAS baseline is called, stored with its rows
+    ptx_type: str | None  # the type in mma.sync / wgmma instruction names; None: no tensor cores
+    mma_k: int | None  # K depth of one m16n8 mma.sync, wgmma or wmma step in this type
+    tma_type: str | None  # CUtensorMapDataType of A and B
+
+
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("fp32", "float", 4, 0, 0.0, 2.0**-24, "float32", 0, "torch.float32", _CUDA_R_32F, None,
+              (("api", "cublasSgemm"), ("math", "CUBLAS_DEFAULT_MATH")), None, None, None),
+    Precision("tf32", "float", 4, 80, 2.0**-10, 2.0**-22, "float32", 0, "torch.float32", _CUDA_R_32F,
+              _COMPUTE_32F_FAST_TF32,
+              (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F_FAST_TF32"), ("types", "f32,f32->f32")),
+              "tf32", 8, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),  # tf32 reads fp32 bits, ignoring the low 13
+    Precision("fp16", "__half", 2, 70, 0.0, 2.0**-22, "float16", 1, "torch.float16", _CUDA_R_16F, _COMPUTE_32F,
+              (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "f16,f16->f32")),
+              "f16", 16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"),
+    Precision("bf16", "__nv_bfloat16", 2, 80, 0.0, 2.0**-22, "bf16-bits", 2, "torch.bfloat16", _CUDA_R_16BF,
+              _COMPUTE_32F,
+              (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "bf16,bf16->f32")),
+              "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"),
+)}
+
+
+def get(name: str) -> Precision:
+    """The precision called ``name``; raises InvalidParameter naming the allowed ones."""
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise InvalidParameter(f"precision {name!r} is not one of {', '.join(PRECISIONS)}") from None

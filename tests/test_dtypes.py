@@ -1,0 +1,42 @@
+"""gemmgen.dtypes, the one home of the facts about each precision: its values, and that the
+modules that used to keep their own tables now give the same answers from it."""
+
+import pytest
+
+from gemmgen import dtypes, tolerance
+from gemmgen.config import make_config
+from gemmgen.errors import InvalidParameter
+
+
+def test_the_facts_of_each_precision():
+    got = {n: (p.c_type, p.bytes, p.min_cc, p.u_in, p.u_acc, p.ptx_type, p.mma_k, p.torch_dtype)
+           for n, p in dtypes.PRECISIONS.items()}
+    assert got == {
+        "fp32": ("float", 4, 0, 0.0, 2.0**-24, None, None, "torch.float32"),
+        "tf32": ("float", 4, 80, 2.0**-10, 2.0**-22, "tf32", 8, "torch.float32"),
+        "fp16": ("__half", 2, 70, 0.0, 2.0**-22, "f16", 16, "torch.float16"),
+        "bf16": ("__nv_bfloat16", 2, 80, 0.0, 2.0**-22, "bf16", 16, "torch.bfloat16"),
+    }
+    # cudaDataType / cublasComputeType_t codes of cuBLAS's headers
+    assert [(p.cuda_type, p.cublas_compute) for p in dtypes.PRECISIONS.values()] == [
+        (0, None), (0, 77), (2, 68), (14, 68)]
+    assert dict(dtypes.get("bf16").baseline) == {"api": "cublasGemmEx", "compute": "CUBLAS_COMPUTE_32F",
+                                                 "types": "bf16,bf16->f32"}
+
+
+def test_an_unknown_precision_is_one_clear_error():
+    with pytest.raises(InvalidParameter, match="precision 'fp8' is not one of fp32, tf32, fp16, bf16"):
+        dtypes.get("fp8")
+
+
+@pytest.mark.parametrize("precision", list(dtypes.PRECISIONS))
+def test_the_modules_read_the_registry(precision):
+    p = dtypes.get(precision)
+    assert tolerance.elementwise_tolerance(precision, 100) == 2.0 * (2.0 * p.u_in + 102 * p.u_acc)
+    config = make_config("warp" if precision == "fp32" else "mma", {}, precision, "sm_90")
+    assert config.element_type == p.c_type
+    if p.mma_k:
+        assert config.derived["MMA_K"] == p.mma_k
+        assert config.derived["MMA_INSTRUCTION"] == f"mma.sync.aligned.m16n8k{p.mma_k}.row.col.f32.{p.ptx_type}.{p.ptx_type}.f32"
+        hopper = make_config("hopper", {}, precision, "sm_90").derived
+        assert (hopper["WGMMA_K"], hopper["WGMMA_TYPE"], hopper["TMA_TYPE"]) == (p.mma_k, p.ptx_type, p.tma_type)
