@@ -28,7 +28,8 @@ from gemmgen.arch import detect_arch, parse_arch
 from gemmgen.build import build_kernel, find_tool
 from gemmgen.config import DEFAULT_ARCH, make_config
 from gemmgen.errors import InvalidPoint
-from gemmgen.families import ELEMENT_TYPES, FAMILIES
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.families import FAMILIES
 from gemmgen.points import NAMED_POINTS
 from gemmgen.render import render_kernel
 from gemmgen.runtime import Launcher, LoadedKernel
@@ -120,7 +121,7 @@ class Call:
     call asks), the inputs, and the float64 reference for its alpha and beta."""
 
     def __init__(self, gpu, rng, precision, m, n, k, a_off, b_off, c_off, alpha, beta):
-        drv, esize = gpu.drv, ELEMENT_TYPES[precision][1]
+        drv, esize = gpu.drv, PRECISIONS[precision].bytes
         self.m, self.n, self.k, self.alpha, self.beta = m, n, k, alpha, beta
         host_a = verify.random_matrix(rng, m, k, precision)
         host_b = verify.random_matrix(rng, k, n, precision)
