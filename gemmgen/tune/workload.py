@@ -5,7 +5,7 @@ the two share it -- each tuned by tune.devices.tune with the per-shape budget.
 - Order: per layer (the shapes of one N x K, in the file's order), M ascending, so that each
   shape comes right after its neighbours.
 - Seeds: before a shape's own points, the winners already found at the workload's other shapes
-  (same family, precision and architecture), nearest first (suite.shape_distance), at most SEEDS
+  (same family, precision and architecture), nearest first (best.shape_distance), at most SEEDS
   kernels: a kernel good at one shape is tried at its neighbours first. This also times one kernel
   at several shapes, which a dispatcher needs to let shapes share kernels.
 - Resumable: ``trials`` is what each shape's study should have in all. A shape whose study has
@@ -26,7 +26,7 @@ from gemmgen.families import FAMILIES
 from gemmgen.problem import Shape
 from gemmgen.report import format_rows
 from gemmgen.space import SearchSpace, load_space
-from gemmgen.suite import shape_distance
+from gemmgen.best import shape_distance
 from gemmgen.tune.devices import TuneSpec, tune
 from gemmgen.tune.loop import RETIMED_ATTR, study_name
 from gemmgen.tune.storage import open_storage
