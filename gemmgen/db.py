@@ -509,21 +509,6 @@ class ResultsDB:
             query = query.limit(int(limit))
         return self._fetch(query)
 
-    def best(self, *, family: str | None, precision: str, shape: tuple[int, int, int],
-             arch: str | None = None) -> ResultRow | None:
-        """The fastest (highest TFLOP/s) measurement with status "ok" of this family (None: any
-        family but the cuBLAS baseline) and precision at ``shape`` (M, N, K), on any device,
-        optionally only kernels built for ``arch``."""
-        M, N, K = _shape(shape)
-        which = Kernel.family != "cublas" if family is None else Kernel.family == family
-        query = self._joined().where(which, Kernel.precision == precision,
-                                     Problem.M == M, Problem.N == N, Problem.K == K,
-                                     Measurement.status == "ok", Measurement.tflops.is_not(None))
-        if arch is not None:
-            query = query.where(Kernel.arch == arch)
-        rows = self._fetch(query.order_by(Measurement.tflops.desc(), Measurement.id.desc()).limit(1))
-        return rows[0] if rows else None
-
 
 def _shape(shape) -> tuple[int, int, int]:
     try:

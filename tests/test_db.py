@@ -309,20 +309,7 @@ def test_wrong_result_keeps_its_message(study):
         "register_64x64x16_t4x4_contig_v4_p0_fp32", 0.25, "max error 0.25 at (7, 3)")
 
 
-# ---- best and find ------------------------------------------------------------------------------
-
-def test_best_picks_the_fastest_ok_row_and_ignores_faster_wrong_results(study):
-    db, m = study
-    best = db.best(family="register", precision="fp32", shape=(4096, 4096, 4096))
-    assert best.measurement_id == m["v3_big"]  # v3_bad is faster but wrong
-    assert best.tflops == 29.07
-    assert db.best(family="warp", precision="fp32", shape=(4096, 4096, 4096)).measurement_id == m["v4_rtx"]
-    assert db.best(family="warp", precision="fp32", shape=(4096, 4096, 4096),
-                   arch="sm_90").measurement_id == m["v4_big"]
-    assert db.best(family="warp", precision="fp32", shape=(1000, 1000, 1000)).tflops == 17.27
-    assert db.best(family="register", precision="fp32", shape=(1000, 1000, 1000)) is None  # compile error only
-    assert db.best(family="warp", precision="tf32", shape=(4096, 4096, 4096)) is None
-
+# ---- find ------------------------------------------------------------------------------
 
 def test_find_returns_the_latest_matching_measurement(db):
     k, d, p = db.kernel(**V4), db.device(**H100), db.problem(4096, 4096, 4096, 1.0, 0.0)
