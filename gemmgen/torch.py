@@ -60,7 +60,7 @@ class GemmOp:
         self.path = Path(path)
         self.precision = launcher.precision
         self.dtype: torch.dtype = getattr(torch, dtype_for(self.precision).removeprefix("torch."))
-        self._plans: dict = {}  # launch arguments -> Plan, oldest first (at most _PLANS_KEPT)
+        self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first
 
     def __repr__(self) -> str:
         return f"GemmOp({str(self.path)!r}, precision={self.precision!r})"
@@ -128,16 +128,24 @@ class GemmOp:
     def _launch(self, args: tuple, stream: int) -> None:
         """Queue the launch: through a plan made earlier for the same arguments (the launcher's
         host work -- checks, workspace, tensor maps -- done once), else a new one, kept for
-        next time. A plan is the launch it was made for, so reusing one is the same launch; plans
-        are per thread, as the launcher's workspace of cudaStreamPerThread is."""
-        key = (*args, stream, threading.get_ident())
-        plan = self._plans.get(key)
+        next time. A plan is the launch it was made for, so reusing one is the same launch. Each
+        thread keeps its own plans (at most _PLANS_KEPT), as the launcher keeps the workspace of
+        cudaStreamPerThread per thread, and so that no thread frees a plan another is running."""
+        plans = self._plans()
+        key = (*args, stream)
+        plan = plans.get(key)
         if plan is None:
             plan = self.launcher.plan(*args, stream)
-            if len(self._plans) >= _PLANS_KEPT:
-                self._plans.pop(next(iter(self._plans))).close()
-            self._plans[key] = plan
+            if len(plans) >= _PLANS_KEPT:
+                plans.pop(next(iter(plans))).close()
+            plans[key] = plan
         plan.run()
+
+    def _plans(self) -> dict:
+        """This thread's launch plans (made on first use)."""
+        if not hasattr(self._local, "plans"):
+            self._local.plans = {}
+        return self._local.plans
 
     mm = __call__
 

@@ -273,10 +273,10 @@ def test_a_repeated_call_reuses_its_launch_and_stays_right(ops):
         a, b, c = buf_a[: m * k].view(m, k), buf_b[: k * n].view(k, n), buf_c[: m * n].view(m, n)
         a.copy_(random_input(rng, m, k, op.dtype)), b.copy_(random_input(rng, k, n, op.dtype))
         c.fill_(float("nan"))
-        before = len(op._plans)
+        before = len(op._plans())
         op(a, b, out=c)
         torch.cuda.synchronize()
         verdict = judge(op, a, b, c, None, 1.0, 0.0)
         assert verdict.ok, f"{m}x{n}x{k}: {verdict.message}"
-        assert len(op._plans) == before + (0 if (m, n, k) in seen else 1)
+        assert len(op._plans()) == before + (0 if (m, n, k) in seen else 1)
         seen.add((m, n, k))
