@@ -1,4 +1,4 @@
-"""The `gemmgen` command line: list, emit, build, bench, tune, results, best.
+"""The `gemmgen` command line: list, emit, build, bench, tune, results, best, plot.
 
 Errors the user can fix print one message on stderr and exit with status 2; `emit` writes only
 CUDA source to stdout.
@@ -12,6 +12,7 @@ from gemmgen.arch import Arch, detect_arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config, parse_assignments
 from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
+from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
 from gemmgen.render import render_kernel
 
@@ -493,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "else sm_90)")
     _add_db_argument(p)
     p.set_defaults(func=cmd_best)
+    add_plot_parser(sub, _add_db_argument)
     return parser
 
 
