@@ -11,5 +11,7 @@ numbers are testable alone) and a drawing function in ``draw``:
 - ``importance`` (importance.py): Optuna's parameter importances of one study (PED-ANOVA).
 
 ``command`` is the subcommand (arguments, checks, writing the file); ``figure`` loads matplotlib
-and saves PNG or SVG.
+and saves PNG or SVG; ``studies`` reads the Optuna studies of a results database without changing
+it; ``target`` picks the architecture whose kernels a picture shows. docs/plots.md shows each
+picture's command.
 """

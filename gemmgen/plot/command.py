@@ -35,18 +35,16 @@ def run(args: argparse.Namespace) -> int:
     matplotlib, a database that cannot be read, an unknown study, or an option the kind does not
     take.
     """
-    from gemmgen.plot.figure import check_output, load_pyplot
+    from gemmgen.plot.figure import check_output, load_pyplot, save, style
 
     fmt = check_output(args.output)
     _check_options(args)
     pyplot = load_pyplot()
+    data = _extract(args)
     from gemmgen.plot import draw
 
-    data = _extract(args)
-    figure = getattr(draw, args.kind)(pyplot, data)
-    from gemmgen.plot.figure import save
-
-    save(pyplot, figure, args.output, fmt)
+    with style(pyplot):
+        save(pyplot, getattr(draw, args.kind)(pyplot, data), args.output, fmt)
     print(f"gemmgen: wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -75,7 +73,7 @@ def _extract(args: argparse.Namespace):
         with ResultsDB(url, create=False) as db:
             return history.history(study, db)
     from gemmgen.plot import ladder, suite
-    from gemmgen.plot.studies import stored_arch
+    from gemmgen.plot.target import stored_arch
 
     with ResultsDB(url, create=False) as db:
         arch = stored_arch(db, args.gpu)
