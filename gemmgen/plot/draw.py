@@ -43,8 +43,7 @@ def history(pyplot, data: History):
     ax.set_ylim(bottom=0)
     ax.set_xlabel("trials finished")
     ax.set_ylabel("TFLOP/s (geometric mean over the study's shapes)")
-    span = data.trials[-1].minutes if data.trials else 0.0
-    note = f"{len(data.trials)} trials in {span:.1f} min, {data.failures} failed"
+    note = f"{len(data.trials)} trials, {data.failures} failed"
     if data.infeasible:
         note += f", {data.infeasible} broke a constraint (not measured)"
     ax.set_title(f"{data.study}\n{note}")
