@@ -16,13 +16,15 @@ from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families import Family, Geometry, get_family
+from gemmgen.problem import Variant, split_variant
 
 DEFAULT_ARCH = "sm_90"
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """A valid point: family, precision, target architecture and every parameter's value.
+    """A valid point: family, precision, target architecture, every parameter's value and the
+    problem variant (layouts of A and B, type of C).
 
     Build one with :func:`make_config`, which validates it.
     """
@@ -31,18 +33,25 @@ class KernelConfig:
     precision: str
     arch: Arch
     values: tuple[tuple[str, int | str], ...]  # in the family's parameter order
+    variant: Variant = Variant()
 
     @property
     def params(self) -> dict[str, int | str]:
+        """The family's parameters (not the variant)."""
         return dict(self.values)
 
     @property
+    def point(self) -> dict[str, int | str]:
+        """The parameters and the variant's keys (``trans``, ``out``): what derive and check see."""
+        return {**self.params, "trans": self.variant.trans, "out": self.variant.out}
+
+    @property
     def name(self) -> str:
-        return f"{self.family.name}_{self.family.name_middle(self.params)}_{self.precision}"
+        return f"{self.family.name}_{self.family.name_middle(self.params)}_{self.precision}{self.variant.suffix}"
 
     @cached_property
     def derived(self) -> dict:
-        return self.family.derive(self.params, self.precision)
+        return self.family.derive(self.point, self.precision)
 
     @property
     def geometry(self) -> Geometry:
@@ -61,13 +70,20 @@ class KernelConfig:
         """C type of A and B: float, __half or __nv_bfloat16."""
         return PRECISIONS[self.precision].c_type
 
+    @property
+    def output_type(self) -> str:
+        """C type of C: float, __half or __nv_bfloat16."""
+        return PRECISIONS[self.variant.out].c_type
+
 
 def make_config(family: str | Family, params: Mapping[str, object] | None = None,
                 precision: str | None = None, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
     """Validate a point and return its KernelConfig.
 
     ``params`` may give any subset of the family's parameters (names are case-insensitive;
-    values may be strings as typed on a command line); the rest take the family's defaults.
+    values may be strings as typed on a command line); the rest take the family's defaults. It
+    may also give the problem variant: ``trans`` (the layouts of A and B: nn, nt, tn, tt) and ``out`` (fp32, fp16,
+    bf16), default nn and fp32.
     ``precision`` defaults to the family's first precision.
 
     Raises InvalidParameter for an unknown family, parameter, precision or architecture or a value
@@ -80,11 +96,12 @@ def make_config(family: str | Family, params: Mapping[str, object] | None = None
         raise InvalidParameter(
             f"family {fam.name!r} does not take precision {precision!r}; allowed: {', '.join(fam.precisions)}")
     values = dict(fam.defaults)
-    for raw_name, raw_value in (params or {}).items():
+    given, variant = split_variant(dict(params or {}))
+    for raw_name, raw_value in given.items():
         p = fam.param(str(raw_name))
         values[p.name] = p.parse(raw_value)
-    config = KernelConfig(fam, prec, target, tuple((p.name, values[p.name]) for p in fam.params))
-    found = constraints.violations(fam, config.params, prec, target, config.derived)
+    config = KernelConfig(fam, prec, target, tuple((p.name, values[p.name]) for p in fam.params), variant)
+    found = constraints.violations(fam, config.point, prec, target, config.derived)
     if found:
         raise InvalidPoint(config.name, found)
     return config

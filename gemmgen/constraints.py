@@ -11,8 +11,15 @@ from gemmgen.families.base import Family, Params
 
 
 def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
-    """Every violated constraint of the point, one line each with its values; [] if it is valid."""
-    found = list(family.check(params, precision, derived))
+    """Every violated constraint of the point, one line each with its values; [] if it is valid.
+    ``params`` holds the variant too (``trans``, ``out``)."""
+    found = []
+    if params["trans"] not in family.layouts:
+        found.append(f"family {family.name} computes layout {' and '.join(family.layouts)} only, not "
+                     f"trans={params['trans']}")
+    if params["out"] not in family.outputs:
+        found.append(f"family {family.name} stores C as {' or '.join(family.outputs)} only, not out={params['out']}")
+    found += family.check(params, precision, derived)
     geometry = derived["geometry"]
     need = PRECISIONS[precision].min_cc
     if arch.cc < need:

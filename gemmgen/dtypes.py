@@ -1,6 +1,8 @@
 """One home for what gemmgen knows about each precision: the element type of A and B and its
 codes for CUDA, cuBLAS, TMA, PTX and PyTorch, how the float64 reference reads it, the rounding
-units the tolerance is built from, and the oldest GPU that computes in it. C is fp32 throughout.
+units the tolerance is built from, and the oldest GPU that computes in it. fp32, fp16 and bf16
+are also the types C can be stored in (gemmgen.problem.OUTPUTS); ``u_store`` is the rounding of
+that store.
 
 Every module reads these facts from here (``PRECISIONS[name]`` or :func:`get`); none keeps a
 table of its own. tf32 is fp32 data that the tensor cores round to 10 mantissa bits.
@@ -27,7 +29,8 @@ class Precision:
     baseline: tuple[tuple[str, str], ...]  # how the cuBLAS baseline is called, stored with its rows
     ptx_type: str | None  # the type in mma.sync / wgmma instruction names; None: no tensor cores
     mma_k: int | None  # K depth of one m16n8 mma.sync, wgmma or wmma step in this type
-    tma_type: str | None  # CUtensorMapDataType of A and B
+    tma_type: str | None  # CUtensorMapDataType of A and B (and of C stored in this type)
+    u_store: float  # unit roundoff of storing an fp32 result as this type (C's type; tf32 is never one)
 
 
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -35,18 +38,19 @@ _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("fp32", "float", 4, 0, 0.0, 2.0**-24, "float32", 0, "torch.float32", _CUDA_R_32F, None,
-              (("api", "cublasSgemm"), ("math", "CUBLAS_DEFAULT_MATH")), None, None, None),
+              (("api", "cublasSgemm"), ("math", "CUBLAS_DEFAULT_MATH")), None, None, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+              2.0**-24),
     Precision("tf32", "float", 4, 80, 2.0**-10, 2.0**-22, "float32", 0, "torch.float32", _CUDA_R_32F,
               _COMPUTE_32F_FAST_TF32,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F_FAST_TF32"), ("types", "f32,f32->f32")),
-              "tf32", 8, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),  # tf32 reads fp32 bits, ignoring the low 13
+              "tf32", 8, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 2.0**-24),  # tf32 reads fp32 bits, ignoring the low 13
     Precision("fp16", "__half", 2, 70, 0.0, 2.0**-22, "float16", 1, "torch.float16", _CUDA_R_16F, _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "f16,f16->f32")),
-              "f16", 16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"),
+              "f16", 16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2.0**-11),
     Precision("bf16", "__nv_bfloat16", 2, 80, 0.0, 2.0**-22, "bf16-bits", 2, "torch.bfloat16", _CUDA_R_16BF,
               _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "bf16,bf16->f32")),
-              "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"),
+              "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2.0**-8),
 )}
 
 

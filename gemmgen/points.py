@@ -12,6 +12,7 @@ from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import FAMILIES
+from gemmgen.problem import VARIANT_KEYS, VARIANT_PATTERN
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def _name_pattern(family) -> re.Pattern:
     # an option without a {field} is a flag: its parameter's one non-neutral value
     optional = "".join(f"(?:{_fields(fmt, family)})?" if "{" in fmt else f"(?P<{param}>{re.escape(fmt)})?"
                        for param, fmt, _ in family.name_options)
-    return re.compile(f"{family.name}_{_fields(family.name_format, family)}{optional}_(?P<precision>[a-z0-9]+)")
+    return re.compile(f"{family.name}_{_fields(family.name_format, family)}{optional}_(?P<precision>[a-z0-9]+)"
+                      f"{VARIANT_PATTERN}")
 
 
 def point_spec(name: str) -> tuple[str, str, dict]:
@@ -146,6 +148,9 @@ def point_spec(name: str) -> tuple[str, str, dict]:
         if m:
             fields = m.groupdict()
             precision = fields.pop("precision")
+            for key in VARIANT_KEYS:  # the variant's part of the name; absent: the default
+                if fields[key] is None:
+                    del fields[key]
             for param, fmt, neutral in family.name_options:  # left out of the name: neutral
                 if fields[param] is None:
                     fields[param] = str(neutral)

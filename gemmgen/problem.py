@@ -44,3 +44,96 @@ def parse_shape(text: str) -> Shape:
         raise InvalidParameter(f"shape {text!r}: M, N and K must be <= {MAX_DIM} (2^31 - 1): kernels and cuBLAS take "
                                "them as 32-bit integers")
     return Shape(*dims)
+
+
+# ---- the problem variant: operand layouts and the type of C ----------------------------------
+
+#: Layouts of (A, B), as BLAS names them: "n" is the operand as gemmgen always took it (A: M x K,
+#: B: K x N, both row-major), "t" the operand stored transposed (A stored K x M, B stored N x K,
+#: row-major; that is, A or B column-major). "nt" is torch.nn.functional.linear's x @ W^T.
+LAYOUTS = ("nn", "nt", "tn", "tt")
+#: Types C can be stored in; accumulation is fp32 in every case, and beta * C reads C in its type.
+OUTPUTS = ("fp32", "fp16", "bf16")
+#: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``): "trans"
+#: as in BLAS's transa/transb ("layout" is a parameter of the register family).
+VARIANT_KEYS = ("trans", "out")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a kernel computes beyond M, N, K: the layouts of A and B (``trans``, one of LAYOUTS)
+    and the type of C (``out``).
+
+    The default (nn, fp32) is what every kernel computed before variants existed; a canonical
+    name gains ``_<layout>`` and ``_o<out>`` only away from it, so every earlier name (and stored
+    row) still means the same kernel.
+    """
+
+    trans: str = "nn"
+    out: str = "fp32"
+
+    def __post_init__(self):
+        if self.trans not in LAYOUTS:
+            raise InvalidParameter(f"trans={self.trans!r} is not allowed; trans must be one of: {', '.join(LAYOUTS)} "
+                                   "(A then B; n: A is M x K and B is K x N, row-major; t: stored transposed)")
+        if self.out not in OUTPUTS:
+            raise InvalidParameter(f"out={self.out!r} is not allowed; out (the type of C) must be one of: "
+                                   f"{', '.join(OUTPUTS)}")
+
+    @property
+    def a_transposed(self) -> bool:
+        """A is stored K x M (row-major), i.e. A is column-major."""
+        return self.trans[0] == "t"
+
+    @property
+    def b_transposed(self) -> bool:
+        """B is stored N x K (row-major), i.e. B is column-major (nn.Linear's weight)."""
+        return self.trans[1] == "t"
+
+    @property
+    def suffix(self) -> str:
+        """The canonical name's variant part: empty for (nn, fp32)."""
+        return ("" if self.trans == "nn" else f"_{self.trans}") + ("" if self.out == "fp32" else f"_o{self.out}")
+
+    @property
+    def items(self) -> tuple[tuple[str, str], ...]:
+        """(key, value) pairs away from the default, as ``--set`` takes them."""
+        return tuple((k, v) for k, v, d in (("trans", self.trans, "nn"), ("out", self.out, "fp32")) if v != d)
+
+    def a_dims(self, shape: "Shape") -> tuple[int, int]:
+        """(rows, columns) of A as stored, row-major."""
+        return (shape.k, shape.m) if self.a_transposed else (shape.m, shape.k)
+
+    def b_dims(self, shape: "Shape") -> tuple[int, int]:
+        """(rows, columns) of B as stored, row-major."""
+        return (shape.n, shape.k) if self.b_transposed else (shape.k, shape.n)
+
+
+def split_variant(params: dict) -> tuple[dict, Variant]:
+    """``params`` without its variant keys (case-insensitive), and the Variant they name;
+    raises InvalidParameter for a bad value."""
+    rest, found = {}, {}
+    for key, value in params.items():
+        low = str(key).strip().lower()
+        if low in VARIANT_KEYS:
+            found[low] = str(value).strip().lower()
+        else:
+            rest[key] = value
+    return rest, Variant(**found)
+
+
+#: The variant part of a canonical name, as a regular expression (after the precision).
+VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))?"
+                   f"(?:_o(?P<out>{'|'.join(o for o in OUTPUTS if o != 'fp32')}))?")
+
+
+_NAME_VARIANT = re.compile(f"_(?:fp32|tf32|fp16|bf16){VARIANT_PATTERN}$")
+
+
+def variant_of(name: str) -> Variant:
+    """The variant a stored kernel's name (a canonical name, or cuBLAS's ``cublas_<precision>...``)
+    says it computes: the part after its precision; (nn, fp32) where there is none."""
+    found = _NAME_VARIANT.search(name)
+    if found is None:
+        return Variant()
+    return Variant(**{k: v for k, v in found.groupdict().items() if v})

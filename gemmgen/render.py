@@ -34,7 +34,7 @@ def requirements(config: KernelConfig) -> str:
 
 def emit_args(config: KernelConfig, harness: bool = False) -> str:
     """The `gemmgen emit` arguments that reproduce this source."""
-    sets = ",".join(f"{k}={v}" for k, v in config.values)
+    sets = ",".join(f"{k}={v}" for k, v in (*config.values, *config.variant.items))
     words = ["--family", config.family.name, "--precision", config.precision, "--set", sets,
              "--gpu", config.arch.name] + (["--harness"] if harness else [])
     return shlex.join(words)
@@ -56,6 +56,11 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         d=config.derived,
         precision=config.precision,
         T=config.element_type,
+        CT=config.output_type,
+        v=config.variant,
+        b_t="true" if config.variant.b_transposed else "false",
+        c_bytes=PRECISIONS[config.variant.out].bytes,
+        c_tma_type=PRECISIONS[config.variant.out].tma_type,
         arch=config.build_arch.name,
         arch_flags=" ".join(config.build_arch.nvcc_flags),
         block=g.block,
@@ -70,6 +75,7 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         harness=harness,
         u_in=repr(dt.u_in),
         u_acc=repr(dt.u_acc),
+        u_store=repr(0.0 if config.variant.out == "fp32" else PRECISIONS[config.variant.out].u_store),
     )
 
 

@@ -1,4 +1,5 @@
-"""How far a correct kernel's C may be from an exact (float64) reference, per precision.
+"""How far a correct kernel's C may be from an exact (float64) reference, per precision (and,
+where C is stored as fp16 or bf16, plus that store's rounding: ``2 * u_store`` in both checks).
 
 Two checks, both must pass (and no element may be NaN or Inf). Both measure error against
 ``scale = |alpha| * (|A| @ |B|) + |beta * C0|``, the size of the terms that are rounded, or
@@ -35,16 +36,24 @@ import math
 from gemmgen.dtypes import PRECISIONS
 
 
-def elementwise_tolerance(precision: str, k: int) -> float:
-    """elem_tol: ``|C - ref| <= elem_tol * scale`` must hold for every element."""
-    u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
-    return 2.0 * (2.0 * u_in + (k + 2) * u_acc)
+def _u_out(out: str) -> float:
+    """The rounding of storing C as ``out`` beyond the fp32 epilogue's own (already in the
+    ``+ 2`` u_acc): 0 for fp32, else that type's unit roundoff (|C| <= scale, so it is bounded
+    by ``u_store * scale`` elementwise and by ``u_store * ||ref||_F`` normwise)."""
+    return 0.0 if out == "fp32" else PRECISIONS[out].u_store
 
 
-def normwise_tolerance(precision: str, k: int) -> float:
-    """norm_tol: ``||C - ref||_F <= norm_tol * normwise_norm(...)`` must hold."""
+def elementwise_tolerance(precision: str, k: int, out: str = "fp32") -> float:
+    """elem_tol: ``|C - ref| <= elem_tol * scale`` must hold for every element; ``out`` is the
+    type C is stored in."""
     u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
-    return 2.0 * u_in + 4.0 * math.sqrt(k) * u_acc
+    return 2.0 * (2.0 * u_in + (k + 2) * u_acc + _u_out(out))
+
+
+def normwise_tolerance(precision: str, k: int, out: str = "fp32") -> float:
+    """norm_tol: ``||C - ref||_F <= norm_tol * normwise_norm(...)`` must hold; ``out`` as above."""
+    u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
+    return 2.0 * u_in + 4.0 * math.sqrt(k) * u_acc + 2.0 * _u_out(out)
 
 
 def normwise_norm(ref_norm: float, scale_norm: float, k: int) -> float:

@@ -83,6 +83,10 @@ __device__ __forceinline__ void gg_st_shared_v2(unsigned addr, float x, float y)
 {
     asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
+__device__ __forceinline__ void gg_st_shared_b32(unsigned addr, unsigned x)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
+}
 __device__ __forceinline__ unsigned gg_lds32(unsigned addr)
 {
     unsigned v;

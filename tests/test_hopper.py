@@ -195,7 +195,7 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "C (M x N fp32, box 16 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
     # one rule for the kernel and the launcher
-    assert "return beta == 0.0f && N % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;" in source
+    assert "return beta == 0.0f && N % (16 / sizeof(CT)) == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;" in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C);" in source
     assert "out.stores_c = gg_tma_stores_c(beta, N, C);" in source and "if (p.info.stores_c) {" in source
     assert "memset(&p.maps[2], 0, sizeof(p.maps[2]));" in source

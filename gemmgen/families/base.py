@@ -92,7 +92,9 @@ class Family:
     """One algorithm family: a template in templates/ and the rules of its parameter space.
 
     ``derive(params, precision)`` returns the constants the template needs, including
-    ``geometry``; it must not fail on a point that violates constraints (it may give nonsense
+    ``geometry``; ``params`` there (and in ``check``) also holds the problem variant under
+    ``trans`` and ``out`` (gemmgen.problem.Variant), which a family that takes only (nn, fp32)
+    ignores; it must not fail on a point that violates constraints (it may give nonsense
     there: ``check`` reports the point first).
     ``check(params, precision, derived)`` returns one human-readable line per violated
     family-specific constraint, with the values involved.
@@ -118,6 +120,8 @@ class Family:
     max_cc: int = 0  # highest compute capability the code runs on; 0: no limit
     arch_specific: bool = False  # built for the "a" target (sm_90a): its code runs on that cc alone
     name_options: tuple[tuple[str, str, Value], ...] = ()
+    layouts: tuple[str, ...] = ("nn",)  # the operand layouts the template computes (gemmgen.problem.LAYOUTS)
+    outputs: tuple[str, ...] = ("fp32",)  # the types of C it stores (gemmgen.problem.OUTPUTS)
 
     def __post_init__(self):
         for param, fmt, neutral in self.name_options:

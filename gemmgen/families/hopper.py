@@ -75,6 +75,7 @@ BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
 # The TMA-store epilogue stages C in boxes of 16 rows x 32 fp32 columns (one 128-byte swizzled row
 # per tile row), C_BUFFERS of them per consumer warp: one fills while the other drains.
+# C stored as fp16/bf16: boxes of 16 rows x 64 columns (128 bytes a row again).
 C_BOX = (SWIZZLE_BYTES // 4, 16)
 C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
 C_BUFFERS = 2
@@ -89,6 +90,8 @@ def derive(p, precision):
     # of 8), so a thin M needs no 64-row tile. tf32 always (B^T fragments from registers).
     tf32 = precision == "tf32"
     swap = tf32 or p["swap"] == 1
+    b_t = p["trans"] == "nt"  # B stored N x K: K-major, like A, no transpose bit
+    c_esize = PRECISIONS[p["out"]].bytes
     share = 1 if p["schedule"] == "pingpong" else p["consumers"]
     rows, cols = (p["BM"], p["BN"] // share) if swap else (p["BM"] // share, p["BN"])
     wgmma_n = p["BM"] if swap else p["BN"]
@@ -98,15 +101,22 @@ def derive(p, precision):
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
-    b_loads = p["BN"] // bk
+    # B stored N x K (trans=nt) arrives as BN / 64 boxes of 64 rows (of N) x 128 bytes (of K),
+    # as many bytes each; the tile is then BN rows of 128 bytes, K-major.
+    b_loads = p["BN"] // 64 if b_t else p["BN"] // bk
+    c_box = (SWIZZLE_BYTES // c_esize, 16)
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, bk), box_c=None if swap else C_BOX),
+                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, 64) if b_t else (bk, bk),
+                                     box_c=None if swap else c_box),
                              stream_k=p["streamk"] == 1),
         "BK": bk,
         "ESIZE": esize,
         "SWAP_AB": swap,
+        "B_T": b_t,
+        "C_ESIZE": c_esize,
+        "C_BOX_COLS": c_box[0],  # columns of C in one staged box
         "TF32_FRAGS": tf32,  # wgmma's A operand (B^T) from registers: tf32 reads smem K-major only
         "ROWS": rows,  # rows of the tile per consumer warpgroup
         "COLS": cols,  # columns of the tile per consumer warpgroup
@@ -131,6 +141,10 @@ def derive(p, precision):
 def check(p, precision, d):
     v: list[str] = []
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
+    if d["TF32_FRAGS"] and (p["trans"] != "nn" or p["out"] != "fp32"):
+        v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major B)")
+    if p["overlap"] and p["out"] != "fp32":
+        v.append(f"overlap=1 holds fp32 boxes of C; out={p['out']} stores without it: use overlap=0")
     if p["swap"] and d["TF32_FRAGS"]:
         v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
     if p["BM"] < 64 and not d["SWAP_AB"]:
@@ -204,6 +218,8 @@ FAMILY = Family(
     min_cc=90,
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
+    layouts=("nn", "nt"),
+    outputs=("fp32", "fp16", "bf16"),
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
                   ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),
