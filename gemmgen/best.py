@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gemmgen.arch import Arch
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant, variant_of
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,14 @@ def shape_distance(a: Shape, b: Shape) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
 
 
-def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None) -> list[Ranked]:
+def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
+           variant: Variant = Variant()) -> list[Ranked]:
     """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
-    measurement of ``precision`` at ``shape``, best first (see the module's policy)."""
-    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
+    measurement of ``precision`` and ``variant`` (layouts, C's type) at ``shape``, best first
+    (see the module's policy); judged against cuBLAS's rows of the same variant. Kernels of
+    another variant compute another product and are never among them."""
+    rows = [r for r in db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
+            if variant_of(r.kernel) == variant]
     cublas = defaultdict(list)  # device -> [(time, TFLOP/s)]
     for r in rows:
         if r.family == "cublas" and r.tflops:
@@ -67,7 +71,8 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
     return sorted(found, key=Ranked.key, reverse=True)
 
 
-def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None) -> Ranked | None:
+def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
+         variant: Variant = Variant()) -> Ranked | None:
     """The best stored kernel at ``shape`` (see :func:`ranked`), or None where none is verified."""
-    found = ranked(db, precision, shape, arch, family)
+    found = ranked(db, precision, shape, arch, family, variant)
     return found[0] if found else None

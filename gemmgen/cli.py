@@ -14,6 +14,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
+from gemmgen.problem import LAYOUTS, OUTPUTS, Variant, split_variant
 from gemmgen.render import render_kernel
 
 
@@ -303,13 +304,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
+    given = {key: value for key, value in (("trans", args.trans), ("out", args.out)) if value}
+    if given and args.suite:
+        raise InvalidParameter("--trans and --out apply to named points; the suite measures trans=nn into fp32 C")
+    specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
+    wanted = split_variant(given)[1]  # cuBLAS's variant where no point is named (`gemmgen bench cublas --trans nt`)
     url = resolve_url(args.db)
     with Gpu(args.device) as gpu:
         db = ResultsDB(url)
         arch = gpu.info.arch
         if args.suite:
-            jobs = suite_jobs(db, arch, args.precision or SUITE_PRECISIONS)
-            pairs = list(dict.fromkeys((shape, prec) for shape, prec, _, _ in jobs))
+            jobs = [(shape, prec, label, config, Variant()) for shape, prec, label, config in
+                    suite_jobs(db, arch, args.precision or SUITE_PRECISIONS)]
+            pairs = list(dict.fromkeys((shape, prec, Variant()) for shape, prec, _, _, _ in jobs))
         else:
             precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or list(SUITE_PRECISIONS)
             configs = {}
@@ -318,28 +325,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     configs[label] = make_config(family, params, precision, arch)
                 except InvalidPoint as err:
                     print(f"gemmgen: {label} cannot run on {arch.name}, skipped: {err}", file=sys.stderr)
-            jobs = [(shape, prec, label, config) for shape in shapes for prec in precisions
+            jobs = [(shape, prec, label, config, config.variant) for shape in shapes for prec in precisions
                     for label, config in configs.items() if config.precision == prec]
-            pairs = [(shape, prec) for shape in shapes for prec in precisions]
-        # cuBLAS first for every (shape, precision), its own row; each point is then timed in
-        # alternation with cuBLAS again, and its ratio is to that.
+            variants = list(dict.fromkeys(config.variant for config in configs.values())) or [wanted]
+            pairs = [(shape, prec, var) for shape in shapes for prec in precisions for var in variants]
+        # cuBLAS first for every (shape, precision, variant), its own row; each point is then timed
+        # in alternation with cuBLAS again, and its ratio is to that.
         plan = []
-        for shape, prec in pairs:
-            plan.append((shape, prec, "cublas", None))
-            plan += [j for j in jobs if (j[0], j[1]) == (shape, prec)]
+        for pair in pairs:
+            plan.append((*pair[:2], "cublas", None, pair[2]))
+            plan += [j for j in jobs if (j[0], j[1], j[4]) == pair]
         bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True)
         rows, baseline = [], {}
         peak = gpu.info.peak_bandwidth  # bytes/s, for "% HBM"
         print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
         try:
-            for i, (shape, prec, label, config) in enumerate(plan, 1):
-                print(f"[{i}/{len(plan)}] {shape} {prec} {label} ...", file=sys.stderr, flush=True)
+            for i, (shape, prec, label, config, variant) in enumerate(plan, 1):
+                print(f"[{i}/{len(plan)}] {shape} {prec}{variant.suffix} {label} ...", file=sys.stderr, flush=True)
                 if config is None:
-                    m = bench.measure_cublas(prec, shape)
-                    baseline[(shape, prec)] = m.tflops
+                    m = bench.measure_cublas(prec, shape, variant)
+                    baseline[(shape, prec, variant)] = m.tflops
                 else:
                     m = bench.measure_point(label, config, shape)
-                base = baseline.get((shape, prec))
+                base = baseline.get((shape, prec, variant))
                 # a point's ratio is to cuBLAS timed in alternation with it (Bench(interleave=True))
                 ratio = m.baseline_ratio or (m.tflops / base if m.tflops and base else None)
                 rows.append({
@@ -438,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --suite: only these precisions (repeatable)")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
+    p.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B for every point named (and cuBLAS): nn (A "
+                   "M x K, B K x N, row-major; default), nt (B stored N x K, as torch's linear weight), ...")
+    p.add_argument("--out", choices=OUTPUTS, help="the type C is stored in (default fp32; accumulation is fp32)")
     p.add_argument("--seed", type=int, help="seed of the random inputs")
     p.add_argument("--device", type=int, default=0, metavar="N", help="the GPU to measure on (default 0)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")

@@ -14,10 +14,11 @@ from functools import lru_cache
 
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.errors import GemmgenError
+from gemmgen.problem import Variant
 
-_OP_N = 0
+_OP_N, _OP_T = 0, 1
 _CUBLAS_DEFAULT_MATH = 0
-_CUDA_R_32F = 0  # C; the types of A and B and the compute type are in gemmgen.dtypes
+# the types of A, B and C and the compute type are in gemmgen.dtypes
 _GEMM_DEFAULT = -1
 
 
@@ -57,27 +58,41 @@ class Cublas:
             raise CublasError(f"{what} failed with cuBLAS status {status}")
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float,
-             c: int) -> None:
+             c: int, variant: Variant = Variant()) -> None:
         """Row-major C = alpha * A @ B + beta * C for device pointers a, b, c (ints), with the
-        baseline of ``precision`` (gemmgen.dtypes: cublasSgemm for fp32, else cublasGemmEx)."""
+        baseline of ``precision`` (gemmgen.dtypes: cublasSgemm for fp32, else cublasGemmEx).
+        ``variant``: B stored N x K (trans nt), and C of type ``out`` (fp32 accumulation); fp32
+        (cublasSgemm) takes the default variant only (CublasError otherwise)."""
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         pa, pb, pc = ctypes.c_void_p(a), ctypes.c_void_p(b), ctypes.c_void_p(c)
         dt = PRECISIONS[precision]
+        if variant.out not in ("fp32", precision):
+            raise CublasError(f"cuBLAS has no {precision} GEMM into {variant.out} C (cublasGemmEx stores C as fp32 or "
+                              f"as the inputs' type): no baseline for out={variant.out} with {precision} inputs")
+        if variant.a_transposed:
+            raise CublasError(f"no cuBLAS baseline for trans={variant.trans} yet (A stored transposed)")
+        # Column-major C^T = B^T A^T: B^T is B as stored (nn), or B stored N x K read transposed (nt).
+        op_b, ldb = (_OP_T, k) if variant.b_transposed else (_OP_N, n)
         if dt.cublas_compute is None:
+            if variant != Variant():
+                raise CublasError(f"the fp32 baseline (cublasSgemm) computes trans=nn into fp32 C only, not {variant}")
             status = self._lib.cublasSgemm_v2(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(al), pb, n, pa, k,
                                               ctypes.byref(be), pc, n)
             self._check(status, "cublasSgemm")
             return
         dtype, compute = dt.cuda_type, dt.cublas_compute
-        status = self._lib.cublasGemmEx(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(al), pb, dtype, n, pa,
-                                         dtype, k, ctypes.byref(be), pc, _CUDA_R_32F, n, compute, _GEMM_DEFAULT)
+        status = self._lib.cublasGemmEx(self._handle, op_b, _OP_N, n, m, k, ctypes.byref(al), pb, dtype, ldb, pa,
+                                         dtype, k, ctypes.byref(be), pc, PRECISIONS[variant.out].cuda_type, n, compute,
+                                         _GEMM_DEFAULT)
         self._check(status, f"cublasGemmEx ({precision})")
 
-    def dgemm(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
-        """Row-major float64 C = A @ B (the verification reference for large problems)."""
+    def dgemm(self, m: int, n: int, k: int, a: int, b: int, c: int, b_transposed: bool = False) -> None:
+        """Row-major float64 C = A @ B (the verification reference for large problems); B is
+        stored N x K where ``b_transposed``."""
         one, zero = ctypes.c_double(1.0), ctypes.c_double(0.0)
-        status = self._lib.cublasDgemm_v2(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(one), ctypes.c_void_p(b),
-                                          n, ctypes.c_void_p(a), k, ctypes.byref(zero), ctypes.c_void_p(c), n)
+        op_b, ldb = (_OP_T, k) if b_transposed else (_OP_N, n)
+        status = self._lib.cublasDgemm_v2(self._handle, op_b, _OP_N, n, m, k, ctypes.byref(one), ctypes.c_void_p(b),
+                                          ldb, ctypes.c_void_p(a), k, ctypes.byref(zero), ctypes.c_void_p(c), n)
         self._check(status, "cublasDgemm")
 
     def close(self) -> None:

@@ -43,16 +43,16 @@ class GpuChecker:
         self._to_f64 = module.get_function("gg_to_f64")
         self._to_f64.prepare("PiPqi")
         self._compare = module.get_function("gg_compare")
-        self._compare.prepare("PPPPdddqP")
+        self._compare.prepare("PiPPPdddqP")
         self._out = drv.mem_alloc(_OUT_WORDS * 8)
         self._blocks_max = 8 * gpu.info.sm_count
 
     def _grid(self, n: int) -> tuple[int, int, int]:
         return (max(1, min(-(-n // THREADS), self._blocks_max)), 1, 1)
 
-    def references(self, a, b, m: int, n: int, k: int, precision: str) -> References:
-        """The float64 products of device operands a (M x K) and b (K x N), stored as
-        ``precision``'s inputs (fp32 for tf32)."""
+    def references(self, a, b, m: int, n: int, k: int, precision: str, b_transposed: bool = False) -> References:
+        """The float64 products of device operands a (M x K) and b (K x N; stored N x K where
+        ``b_transposed``), stored as ``precision``'s inputs (fp32 for tf32)."""
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
         a64, b64 = drv.mem_alloc(m * k * 8), drv.mem_alloc(k * n * 8)
         prod, absprod = drv.mem_alloc(m * n * 8), drv.mem_alloc(m * n * 8)
@@ -61,7 +61,7 @@ class GpuChecker:
                 for src, dst, count in ((a, a64, m * k), (b, b64, k * n)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
                                                np.int64(count), np.int32(absolute))
-                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out))
+                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed)
             self.gpu.synchronize()
         except BaseException:
             prod.free()
@@ -73,27 +73,30 @@ class GpuChecker:
         return References(prod, absprod)
 
     def stats(self, c, refs: References, c0, m: int, n: int, k: int, alpha: float, beta: float,
-              precision: str) -> verify.Stats:
-        """Stats of the device fp32 C (M x N) against alpha * prod + beta * C0 (C0 not read where
-        beta == 0), as verify.host_stats computes them."""
+              precision: str, out: str = "fp32") -> verify.Stats:
+        """Stats of the device C (M x N, of type ``out``) against alpha * prod + beta * C0 (C0 of
+        the same type, not read where beta == 0), as verify.host_stats computes them."""
         drv, count = self.gpu.drv, m * n
+        c_type = PRECISIONS[out]
         drv.memcpy_htod(self._out, _OUT_INIT)
-        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), refs.prod, refs.absprod, int(c0),
-                                    float(alpha), float(beta), tolerance.elementwise_tolerance(precision, k),
-                                    np.int64(count), self._out)
-        out = np.empty(_OUT_WORDS, dtype=np.uint64)
-        drv.memcpy_dtoh(out, self._out)
-        sums, words = out[:3].view(np.float64), out[3:]
+        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(c_type.check_kind), refs.prod,
+                                    refs.absprod, int(c0), float(alpha), float(beta),
+                                    tolerance.elementwise_tolerance(precision, k, out), np.int64(count), self._out)
+        raw = np.empty(_OUT_WORDS, dtype=np.uint64)
+        drv.memcpy_dtoh(raw, self._out)
+        sums, words = raw[:3].view(np.float64), raw[3:]
         first_bad = None
         if int(words[2]) < count:
             i = int(words[2])
-            got, product, start = np.empty(1, np.float32), np.empty(1, np.float64), np.zeros(1, np.float32)
-            drv.memcpy_dtoh(got, int(c) + 4 * i)
+            storage = np.uint16 if c_type.numpy_storage == "bf16-bits" else np.dtype(c_type.numpy_storage)
+            got, product, start = np.empty(1, storage), np.empty(1, np.float64), np.zeros(1, storage)
+            drv.memcpy_dtoh(got, int(c) + c_type.bytes * i)
             drv.memcpy_dtoh(product, int(refs.prod) + 8 * i)
             if beta != 0.0:
-                drv.memcpy_dtoh(start, int(c0) + 4 * i)
-            expected = alpha * float(product[0]) + (beta * float(start[0]) if beta != 0.0 else 0.0)
-            first_bad = (i // n, i % n, float(got[0]), expected)
+                drv.memcpy_dtoh(start, int(c0) + c_type.bytes * i)
+            got_f, start_f = (float(verify.as_float64(x, out)[0]) for x in (got, start))
+            expected = alpha * float(product[0]) + (beta * start_f if beta != 0.0 else 0.0)
+            first_bad = (i // n, i % n, got_f, expected)
         worst = float(words[3:4].view(np.float64)[0])
         return verify.Stats(float(sums[0]), float(sums[1]), float(sums[2]), int(words[0]), int(words[1]), worst,
                             first_bad)

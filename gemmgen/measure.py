@@ -18,7 +18,7 @@ from gemmgen.errors import GemmgenError
 from gemmgen.l2flush import L2Flush
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.gpucheck import GpuChecker, References
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_interleaved
 
@@ -38,6 +38,12 @@ def timed_problem_id(db: ResultsDB, shape: Shape) -> int:
     return db.problem(shape.m, shape.n, shape.k, TIMED_ALPHA, TIMED_BETA)
 
 
+def cublas_name(precision: str, variant: Variant = Variant()) -> str:
+    """The name cuBLAS's rows are stored under: ``cublas_<precision>`` and the variant's suffix,
+    as a kernel's name has it (``cublas_bf16_nt_obf16``)."""
+    return f"cublas_{precision}{variant.suffix}"
+
+
 class ContextLost(GemmgenError):
     """A fault left the CUDA context unusable; nothing more can run in this process."""
 
@@ -54,6 +60,7 @@ class Measured:
     message: str = ""
     baseline: Timing | None = None  # cuBLAS, timed in alternation with this point (Bench.interleave)
     cut: bool = False  # timed a few runs only: slower than the give_up_ms it was measured with
+    variant: Variant = Variant()  # layouts of A and B, type of C
 
     @property
     def tflops(self) -> float | None:
@@ -61,10 +68,11 @@ class Measured:
 
     @property
     def bandwidth(self) -> float | None:
-        """Achieved bytes/s: Shape.bytes_moved (A, B read once, fp32 C written once) over the median time."""
+        """Achieved bytes/s: Shape.bytes_moved (A, B read once, C written once in its type) over the median time."""
         if not self.timing:
             return None
-        return self.shape.bytes_moved(PRECISIONS[self.precision].bytes) / (self.timing.median_ms * 1e-3)
+        c_bytes = PRECISIONS[self.variant.out].bytes
+        return self.shape.bytes_moved(PRECISIONS[self.precision].bytes, c_bytes) / (self.timing.median_ms * 1e-3)
 
     @property
     def baseline_ratio(self) -> float | None:
@@ -73,18 +81,20 @@ class Measured:
 
 
 class Operands:
-    """Device buffers of one shape and precision, with the host copies of their contents and,
-    once a check asks for them, the float64 references of the product on the GPU."""
+    """Device buffers of one shape, precision and variant (B stored N x K for trans nt; C and C0
+    of type ``variant.out``), with the host copies of their contents and, once a check asks for
+    them, the float64 references of the product on the GPU."""
 
-    def __init__(self, gpu: Gpu, shape: Shape, precision: str):
-        self.gpu, self.shape, self.precision = gpu, shape, precision
+    def __init__(self, gpu: Gpu, shape: Shape, precision: str, variant: Variant = Variant()):
+        self.gpu, self.shape, self.precision, self.variant = gpu, shape, precision, variant
         esize = PRECISIONS[precision].bytes
+        self.c_bytes = PRECISIONS[variant.out].bytes
         drv = gpu.drv
         m, n, k = shape.m, shape.n, shape.k
         self.a = drv.mem_alloc(m * k * esize)
         self.b = drv.mem_alloc(k * n * esize)
-        self.c = drv.mem_alloc(m * n * 4)
-        self.c0 = drv.mem_alloc(m * n * 4)
+        self.c = drv.mem_alloc(m * n * self.c_bytes)
+        self.c0 = drv.mem_alloc(m * n * self.c_bytes)
         self.host_a = self.host_b = self.host_c0 = None
         self.references: References | None = None  # of the current contents (GpuChecker.references)
 
@@ -95,9 +105,9 @@ class Operands:
     def fill(self, rng: np.random.Generator) -> None:
         """Fresh random A, B and C0 (uniform(-1, 1), never zeros), on the host and the device."""
         m, n, k = self.shape.m, self.shape.n, self.shape.k
-        self.host_a = verify.random_matrix(rng, m, k, self.precision)
-        self.host_b = verify.random_matrix(rng, k, n, self.precision)
-        self.host_c0 = verify.random_matrix(rng, m, n, "fp32")
+        self.host_a = verify.random_matrix(rng, *self.variant.a_dims(self.shape), self.precision)
+        self.host_b = verify.random_matrix(rng, *self.variant.b_dims(self.shape), self.precision)
+        self.host_c0 = verify.random_matrix(rng, m, n, self.variant.out)
         drv = self.gpu.drv
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
@@ -107,15 +117,17 @@ class Operands:
     def reset_c(self, beta: float) -> None:
         """C = NaN everywhere when beta == 0 (unwritten elements then fail), else C = C0."""
         drv = self.gpu.drv
-        if beta == 0.0:
-            drv.memset_d8(self.c, 0xFF, self.shape.m * self.shape.n * 4)
+        if beta == 0.0:  # all-ones bits: NaN in fp32, fp16 and bf16
+            drv.memset_d8(self.c, 0xFF, self.shape.m * self.shape.n * self.c_bytes)
         else:
-            drv.memcpy_dtod(self.c, self.c0, self.shape.m * self.shape.n * 4)
+            drv.memcpy_dtod(self.c, self.c0, self.shape.m * self.shape.n * self.c_bytes)
 
     def download_c(self) -> np.ndarray:
-        out = np.empty((self.shape.m, self.shape.n), dtype=np.float32)
+        """C as float64 (its values exactly)."""
+        storage = PRECISIONS[self.variant.out].numpy_storage
+        out = np.empty((self.shape.m, self.shape.n), dtype=np.uint16 if storage == "bf16-bits" else storage)
         self.gpu.drv.memcpy_dtoh(out, self.c)
-        return out
+        return verify.as_float64(out, self.variant.out)
 
     def _drop_references(self) -> None:
         if self.references is not None:
@@ -147,12 +159,12 @@ class Bench:
         self.flush = L2Flush(gpu)  # before every timed run
         self._ops: Operands | None = None
 
-    def operands(self, shape: Shape, precision: str) -> Operands:
-        if self._ops is None or (self._ops.shape, self._ops.precision) != (shape, precision):
+    def operands(self, shape: Shape, precision: str, variant: Variant = Variant()) -> Operands:
+        if self._ops is None or (self._ops.shape, self._ops.precision, self._ops.variant) != (shape, precision, variant):
             if self._ops is not None:
                 self._ops.free()
                 self._ops = None
-            self._ops = Operands(self.gpu, shape, precision)
+            self._ops = Operands(self.gpu, shape, precision, variant)
         return self._ops
 
     # ---- verification and timing, shared by kernels and cuBLAS ----
@@ -167,14 +179,16 @@ class Bench:
             ops.fill(self.rng)
         s = ops.shape
         if ops.references is None:
-            ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision)
+            ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,
+                                                     ops.variant.b_transposed)
         worst = None
+        out = ops.variant.out
         for alpha, beta in verify.CHECKS:
             ops.reset_c(beta)
             run(alpha, beta)
             self.gpu.synchronize()
-            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision)
-            verdict = verify.judge(stats, ops.precision, s.k)
+            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision, out)
+            verdict = verify.judge(stats, ops.precision, s.k, out)
             if not verdict.ok:
                 return verdict
             worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
@@ -186,7 +200,7 @@ class Bench:
         verified) run in alternation: one Timing each. With ``give_up_ms``, a first launch whose
         median after a few runs is above it stops there (runtime.time_interleaved)."""
         drv = self.gpu.drv
-        mn_bytes = ops.shape.m * ops.shape.n * 4
+        mn_bytes = ops.shape.m * ops.shape.n * ops.c_bytes
 
         def before():
             drv.memset_d8(ops.c, 0xFF, mn_bytes)
@@ -227,7 +241,8 @@ class Bench:
         kernel_id = self.db.kernel(name=config.name, family=config.family.name, precision=config.precision,
                                    arch=config.arch.name, params=config.params, template_hash=template_hash(config),
                                    source_hash=source_hash(source))
-        result = Measured(label, config.name, config.precision, shape, "infeasible")
+        variant = config.variant
+        result = Measured(label, config.name, config.precision, shape, "infeasible", variant=variant)
         build = build or build_kernel(config)
         usage = kernel_usage(config, build) if build.ok else None
         if not build.ok:
@@ -238,7 +253,7 @@ class Bench:
                 with ExitStack() as stack:
                     kernel = LoadedKernel(self.gpu, config, build.library)
                     kernel.describe(shape.m, shape.n, shape.k)  # refuses before anything is allocated
-                    ops = self.operands(shape, config.precision)
+                    ops = self.operands(shape, config.precision, variant)
 
                     def run(alpha, beta):
                         kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
@@ -262,30 +277,34 @@ class Bench:
                      smem_bytes=config.geometry.smem_bytes,
                      spill_bytes=(usage.spill_store_bytes + usage.spill_load_bytes) if usage else None)
         if result.baseline is not None:
-            baseline = Measured("cublas", f"cublas_{config.precision}", config.precision, shape, "ok",
-                                timing=result.baseline, message=f"timed in alternation with {config.name}")
-            self._record(self._cublas_kernel_id(config.precision), baseline)
+            baseline = Measured("cublas", cublas_name(config.precision, variant), config.precision, shape, "ok",
+                                timing=result.baseline, message=f"timed in alternation with {config.name}",
+                                variant=variant)
+            self._record(self._cublas_kernel_id(config.precision, variant), baseline)
         return result
 
-    def _cublas_kernel_id(self, precision: str) -> int:
-        return self.db.kernel(name=f"cublas_{precision}", family="cublas", precision=precision,
-                              arch=self.gpu.info.arch.name, params=dict(PRECISIONS[precision].baseline))
+    def _cublas_kernel_id(self, precision: str, variant: Variant = Variant()) -> int:
+        return self.db.kernel(name=cublas_name(precision, variant), family="cublas", precision=precision,
+                              arch=self.gpu.info.arch.name,
+                              params={**dict(PRECISIONS[precision].baseline), **dict(variant.items)})
 
     def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
         s = ops.shape
 
         def run(alpha, beta):
-            self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+            self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant)
 
         return run
 
-    def measure_cublas(self, precision: str, shape: Shape) -> Measured:
-        """Verify, time and record cuBLAS's GEMM for ``precision`` (see dtypes.Precision.baseline)."""
-        ops = self.operands(shape, precision)
+    def measure_cublas(self, precision: str, shape: Shape, variant: Variant = Variant()) -> Measured:
+        """Verify, time and record cuBLAS's GEMM for ``precision`` (see dtypes.Precision.baseline)
+        and ``variant`` (B transposed, C's type)."""
+        ops = self.operands(shape, precision, variant)
         run = self._cublas_runner(precision, ops)
-        result = self._verify_and_time(run, ops, Measured("cublas", f"cublas_{precision}", precision, shape, "infeasible"),
+        result = self._verify_and_time(run, ops, Measured("cublas", cublas_name(precision, variant), precision, shape,
+                                                          "infeasible", variant=variant),
                                        lambda: run(TIMED_ALPHA, TIMED_BETA))
-        self._record(self._cublas_kernel_id(precision), result)
+        self._record(self._cublas_kernel_id(precision, variant), result)
         return result
 
     def _record(self, kernel_id: int, result: Measured, **extra) -> None:

@@ -76,12 +76,13 @@ class Stats:
     first_bad: tuple[int, int, float, float] | None = None  # (row, column, C, expected)
 
 
-def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Stats:
-    """Stats of C (float32, M x N) against ref and scale (float64) on the host."""
+def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32") -> Stats:
+    """Stats of C (M x N, float32 or float64 holding C's values) against ref and scale (float64)
+    on the host; ``out`` is the type C was stored in."""
     finite = np.isfinite(c)
     nonfinite = int(c.size - np.count_nonzero(finite))
     err = np.abs(np.where(finite, c, 0).astype(np.float64) - ref)
-    bound = tolerance.elementwise_tolerance(precision, k) * scale
+    bound = tolerance.elementwise_tolerance(precision, k, out) * scale
     over = finite & (err > bound)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
@@ -95,13 +96,13 @@ def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str
                  int(np.count_nonzero(over)), nonfinite, worst, first_bad)
 
 
-def judge(stats: Stats, precision: str, k: int) -> Verdict:
+def judge(stats: Stats, precision: str, k: int, out: str = "fp32") -> Verdict:
     """The verdict on C from its Stats: ok when no element is NaN or Inf and both checks of
     gemmgen/tolerance.py pass over the finite elements."""
     err_norm = math.sqrt(stats.err2)
     norm = tolerance.normwise_norm(math.sqrt(stats.ref2), math.sqrt(stats.scale2), k)
     rel = err_norm / norm if norm > 0 else err_norm
-    norm_tol = tolerance.normwise_tolerance(precision, k)
+    norm_tol = tolerance.normwise_tolerance(precision, k, out)
     ok = stats.nonfinite == 0 and stats.bad == 0 and rel <= norm_tol
     message = ""
     if not ok:
@@ -114,11 +115,11 @@ def judge(stats: Stats, precision: str, k: int) -> Verdict:
     return Verdict(ok, rel, stats.worst, stats.bad, stats.nonfinite, message)
 
 
-def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int) -> Verdict:
+def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32") -> Verdict:
     """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (float64, as
     host_reference gives them) by both checks of gemmgen/tolerance.py, for inner dimension k.
     ok when no element is NaN or Inf and both checks pass over the finite elements."""
-    return judge(host_stats(c, ref, scale, precision, k), precision, k)
+    return judge(host_stats(c, ref, scale, precision, k, out), precision, k, out)
 
 
 def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):

@@ -6,17 +6,21 @@
 
 extern "C" {
 
+// x[i] as a float (exactly), for x of fp32, fp16 or bf16 (kind 0, 1, 2; bf16 as raw bits).
+__device__ float gg_element(const void* x, int kind, long long i)
+{
+    if (kind == 0)
+        return static_cast<const float*>(x)[i];
+    if (kind == 1)
+        return __half2float(static_cast<const __half*>(x)[i]);
+    return __uint_as_float((unsigned)static_cast<const unsigned short*>(x)[i] << 16);
+}
+
 // y[i] = x[i] (or |x[i]|) in float64, for x of fp32, fp16 or bf16 (kind 0, 1, 2; as raw bits).
 __global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int absolute)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        double v;
-        if (kind == 0)
-            v = static_cast<const float*>(x)[i];
-        else if (kind == 1)
-            v = __half2float(static_cast<const __half*>(x)[i]);
-        else
-            v = __uint_as_float((unsigned)static_cast<const unsigned short*>(x)[i] << 16);
+        const double v = gg_element(x, kind, i);
         y[i] = absolute ? fabs(v) : v;
     }
 }
@@ -25,16 +29,16 @@ __global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int a
 // unsigned 64-bit words [3] elements over the elementwise bound, [4] NaN/Inf elements, [5] the
 // first failing element (out[5] starts at ~0), [6] the largest |C - ref| / bound as the bits of a
 // non-negative double (starts at 0). ref = alpha * prod + beta * c0 and scale = |alpha| * absprod
-// + |beta * c0|, with c0 not read where beta == 0.
-__global__ void gg_compare(const float* c, const double* prod, const double* absprod, const float* c0, double alpha,
-                           double beta, double elem_tol, long long n, double* out)
+// + |beta * c0|, with c0 not read where beta == 0. C and C0 are of C's type (c_kind, as above).
+__global__ void gg_compare(const void* c, int c_kind, const double* prod, const double* absprod, const void* c0,
+                           double alpha, double beta, double elem_tol, long long n, double* out)
 {
     double err2 = 0.0, ref2 = 0.0, scale2 = 0.0, worst = 0.0;
     unsigned long long bad = 0, nonfinite = 0, first = ~0ull;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const double c0i = beta != 0.0 ? beta * (double)c0[i] : 0.0;
+        const double c0i = beta != 0.0 ? beta * (double)gg_element(c0, c_kind, i) : 0.0;
         const double ref = alpha * prod[i] + c0i, scale = fabs(alpha) * absprod[i] + fabs(c0i);
-        const float ci = c[i];
+        const float ci = gg_element(c, c_kind, i);
         if (!isfinite(ci)) {
             ++nonfinite;
             first = min(first, (unsigned long long)i);
