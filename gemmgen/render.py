@@ -10,6 +10,8 @@ from gemmgen import __version__
 from gemmgen.arch import MAX_GRID_Y
 from gemmgen.config import KernelConfig
 from gemmgen.dtypes import PRECISIONS
+from gemmgen.errors import InvalidParameter
+from gemmgen.problem import Variant
 from gemmgen.paths import templates_dir
 
 
@@ -44,6 +46,9 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
     """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
     ``harness``, a main() that checks and times it. Every value in the source comes from a
     validated KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
+    if harness and config.variant != Variant():
+        raise InvalidParameter(f"--harness checks trans=nn into fp32 C only so far; {config.name} computes "
+                               f"trans={config.variant.trans} into {config.variant.out} C (bench checks it on the GPU)")
     g = config.geometry
     dt = PRECISIONS[config.precision]
     template = environment().get_template(config.family.template)

@@ -22,6 +22,7 @@ from pathlib import Path
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import KernelConfig
 from gemmgen.errors import GemmgenError
+from gemmgen.problem import Variant
 
 
 class GpuUnavailable(GemmgenError):
@@ -196,6 +197,11 @@ class Launcher:
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
         self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # "fp32", "tf32", "fp16" or "bf16"
+        try:  # "nn fp32": the layouts of A and B and C's type (gemmgen.problem.Variant)
+            trans, out = fn("_variant", ctypes.c_char_p, [])().decode().split()
+            self.variant = Variant(trans, out)
+        except LaunchFailed:  # a dispatcher, whose kernels compute the default variant
+            self.variant = Variant()
         try:  # a dispatcher (emit --dispatch) names the kernel it gives a shape
             self._choice = fn("_choice", ctypes.c_char_p, [_INT, _INT, _INT])
         except LaunchFailed:

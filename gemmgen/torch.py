@@ -24,6 +24,7 @@ import torch
 
 from gemmgen.build import DEFAULT_FLAGS, build_library
 from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.problem import Variant
 from gemmgen.runtime import Launcher
 from gemmgen.torch_checks import Operand, TensorError, build_target, check_call, dtype_for, source_target
 
@@ -56,6 +57,9 @@ class GemmOp:
     """
 
     def __init__(self, launcher: Launcher, path: str | Path):
+        if launcher.variant != Variant():
+            raise InvalidParameter(f"{path} computes trans={launcher.variant.trans} into {launcher.variant.out} C; "
+                                   "gemmgen.torch calls launchers of trans=nn into fp32 C only so far")
         self.launcher = launcher
         self.path = Path(path)
         self.precision = launcher.precision

@@ -110,3 +110,20 @@ def test_best_never_ranks_another_variant(tmp_path):
     assert [r.kernel for r in plain] == ["hopper_128x256_c2_s4_g8_bf16"]
     assert [r.kernel for r in nt] == ["hopper_128x256_c2_s4_g8_bf16_nt_obf16"]
     assert nt[0].score == pytest.approx(750 / 770) and plain[0].score == pytest.approx(720 / 700)
+
+
+def test_harness_refuses_a_variant_it_cannot_check():
+    with pytest.raises(InvalidParameter, match=r"--harness checks trans=nn into fp32 C only so far"):
+        render_kernel(make_config("hopper", NT_BF16, "bf16"), harness=True)
+
+
+@pytest.mark.nvcc
+def test_launcher_reports_its_variant(build_cache):
+    from gemmgen.build import build_kernel
+    from gemmgen.runtime import Launcher
+
+    config = make_config("hopper", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2, "trans": "nt", "out": "fp16"},
+                         "fp16")
+    build = build_kernel(config)
+    assert build.ok, build.log
+    assert Launcher(build.library).variant == Variant("nt", "fp16")
