@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+from alternate import Alternate
 
 from gemmgen import verify
 from gemmgen.build import build_kernel
@@ -33,7 +34,7 @@ CANDIDATES = [  # the NN winners of the suite and the workload tunes at these si
 out_path = sys.argv[1]
 shapes = [parse_shape(s) for s in sys.argv[2:]] or [Shape(4096, 4096, 4096), Shape(4096, 14336, 4096)]
 dev = torch.device("cuda:0")
-flush_buf = torch.zeros(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.float32, device=dev)
+timed = Alternate(dev).timed
 
 kernels = {}
 for params in CANDIDATES:
@@ -41,24 +42,6 @@ for params in CANDIDATES:
     built = build_kernel(config)
     assert built.ok, built.log
     kernels[config.name] = Launcher(built.library)
-
-
-def timed(fns, rounds=30, warmup=3):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = [[] for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(warmup + rounds):
-        for i in order:
-            flush_buf.sum()
-            fns[i][0]()  # poison C
-            start.record()
-            fns[i][1]()
-            stop.record()
-            stop.synchronize()
-            if r >= warmup:
-                times[i].append(start.elapsed_time(stop))
-        order.reverse()
-    return [float(np.median(t)) for t in times]
 
 
 rows = []
@@ -83,7 +66,7 @@ for s in shapes:
         names.append(name)
     lin = F.linear(x, w)
     v = verify.compare(lin.float().cpu().numpy().astype(np.float64), ref, scale, "bf16", s.k, "bf16")
-    times = timed(fns)
+    times = timed(fns, rounds=30)
     for name, ms in zip(names, times):
         row = {"shape": str(s), "kernel": name, "ms": ms, "tflops": s.flops / (ms * 1e-3) / 1e12,
                "vs_cublas": times[0] / ms}

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import torch
+from alternate import Alternate
 
 from gemmgen.arch import parse_arch
 from gemmgen.best import best, shape_distance
@@ -26,51 +26,11 @@ dtype = op.dtype
 from gemmgen.db import resolve_url
 db = ResultsDB(resolve_url(db_path), create=False)
 arch = parse_arch("sm_90")
-l2 = torch.cuda.get_device_properties(0).L2_cache_size
-flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=dev)
+clock = Alternate(dev)
+timed, timed_async = clock.timed, clock.timed_async
 UNSEEN = [Shape(32, 6144, 4096), Shape(64, 4096, 4096), Shape(256, 28672, 4096), Shape(512, 4096, 14336),
           Shape(2048, 6144, 4096), Shape(3000, 4096, 4096), Shape(8192, 28672, 4096), Shape(100, 4096, 14336),
           Shape(777, 6144, 4096), Shape(6144, 4096, 4096)]
-
-
-def timed(fns, rounds=40, warmup=3):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = [[] for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(warmup + rounds):
-        for i in order:
-            flush_buf.sum()
-            fns[i][0]()  # poison
-            start.record()
-            fns[i][1]()
-            stop.record()
-            stop.synchronize()
-            if r >= warmup:
-                times[i].append(start.elapsed_time(stop))
-        order.reverse()
-    return [float(np.median(t)) for t in times]
-
-
-def timed_async(fns, rounds=40, warmup=3):
-    """As triton.testing.do_bench: the host queues every round without waiting, so a call's host
-    work overlaps the GPU's (the flush before it); events read once at the end."""
-    for _ in range(warmup):
-        for poison, fn in fns:
-            flush_buf.sum(); poison(); fn()
-    torch.cuda.synchronize()
-    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
-          for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(rounds):
-        for i in order:
-            flush_buf.sum()
-            fns[i][0]()
-            ev[i][r][0].record()
-            fns[i][1]()
-            ev[i][r][1].record()
-        order.reverse()
-    torch.cuda.synchronize()
-    return [float(np.median([s.elapsed_time(e) for s, e in row])) for row in ev]
 
 
 def check(c, a, b, k):

@@ -1,0 +1,52 @@
+"""The timing the benchmark scripts share (imported as `alternate` when a script in this folder
+runs): calls timed in alternation, each after an L2 flush (a read of 2x L2) and its own poison,
+one call between two CUDA events, median after warm-up. Needs torch and a GPU."""
+import numpy as np
+import torch
+
+
+class Alternate:
+    """``timed(fns)`` / ``timed_async(fns)`` for fns = [(poison, call), ...]: one median (ms) per call."""
+
+    def __init__(self, device: torch.device):
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size
+        self.flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=device)
+
+    def timed(self, fns, rounds=40, warmup=3):
+        """Each call waited for: the time from its start event to its stop event."""
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = [[] for _ in fns]
+        order = list(range(len(fns)))
+        for r in range(warmup + rounds):
+            for i in order:
+                self.flush_buf.sum()
+                fns[i][0]()  # poison
+                start.record()
+                fns[i][1]()
+                stop.record()
+                stop.synchronize()
+                if r >= warmup:
+                    times[i].append(start.elapsed_time(stop))
+            order.reverse()
+        return [float(np.median(t)) for t in times]
+
+    def timed_async(self, fns, rounds=40, warmup=3):
+        """As triton.testing.do_bench: the host queues every round without waiting, so a call's
+        host work overlaps the GPU's (the flush before it); events read once at the end."""
+        for _ in range(warmup):
+            for poison, fn in fns:
+                self.flush_buf.sum(); poison(); fn()
+        torch.cuda.synchronize()
+        ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+              for _ in fns]
+        order = list(range(len(fns)))
+        for r in range(rounds):
+            for i in order:
+                self.flush_buf.sum()
+                fns[i][0]()
+                ev[i][r][0].record()
+                fns[i][1]()
+                ev[i][r][1].record()
+            order.reverse()
+        torch.cuda.synchronize()
+        return [float(np.median([s.elapsed_time(e) for s, e in row])) for row in ev]
