@@ -88,7 +88,7 @@ class GpuChecker:
         first_bad = None
         if int(words[2]) < count:
             i = int(words[2])
-            storage = np.uint16 if c_type.numpy_storage == "bf16-bits" else np.dtype(c_type.numpy_storage)
+            storage = verify.host_dtype(out)
             got, product, start = np.empty(1, storage), np.empty(1, np.float64), np.zeros(1, storage)
             drv.memcpy_dtoh(got, int(c) + c_type.bytes * i)
             drv.memcpy_dtoh(product, int(refs.prod) + 8 * i)

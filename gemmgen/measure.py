@@ -124,8 +124,7 @@ class Operands:
 
     def download_c(self) -> np.ndarray:
         """C as float64 (its values exactly)."""
-        storage = PRECISIONS[self.variant.out].numpy_storage
-        out = np.empty((self.shape.m, self.shape.n), dtype=np.uint16 if storage == "bf16-bits" else storage)
+        out = np.empty((self.shape.m, self.shape.n), dtype=verify.host_dtype(self.variant.out))
         self.gpu.drv.memcpy_dtoh(out, self.c)
         return verify.as_float64(out, self.variant.out)
 

@@ -3,6 +3,7 @@
 import re
 from dataclasses import dataclass
 
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.errors import InvalidParameter
 
 MAX_DIM = 2**31 - 1  # M, N and K are C ints in every launcher (and in cuBLAS)
@@ -127,7 +128,7 @@ VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))
                    f"(?:_o(?P<out>{'|'.join(o for o in OUTPUTS if o != 'fp32')}))?")
 
 
-_NAME_VARIANT = re.compile(f"_(?:fp32|tf32|fp16|bf16){VARIANT_PATTERN}$")
+_NAME_VARIANT = re.compile(f"_(?:{'|'.join(PRECISIONS)}){VARIANT_PATTERN}$")
 
 
 def variant_of(name: str) -> Variant:

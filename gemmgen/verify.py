@@ -30,6 +30,13 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def host_dtype(precision: str) -> np.dtype:
+    """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or uint16
+    holding bf16 bits."""
+    storage = PRECISIONS[precision].numpy_storage
+    return np.dtype(np.uint16) if storage == "bf16-bits" else np.dtype(storage)
+
+
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
     """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
     x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)

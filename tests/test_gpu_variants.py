@@ -86,7 +86,7 @@ def test_variant_library_called_many_times_in_one_process(bench, precision, para
                 (_, pa), (_, pb), (_, pc) = buffers
                 kernel.launch(m, n, k, alpha, pa, pb, beta, pc)
                 bench.gpu.synchronize()
-                got = np.empty(c0.shape, dtype=np.uint16 if storage == "bf16-bits" else storage)
+                got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
                 drv.memcpy_dtoh(got, pc)
             finally:
                 for buffer, _ in buffers:
