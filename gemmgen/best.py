@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gemmgen.arch import Arch
-from gemmgen.problem import Shape, Variant, variant_of
+from gemmgen.problem import Shape, Variant
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ def shape_distance(a: Shape, b: Shape) -> float:
 def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
            variant: Variant = Variant()) -> list[Ranked]:
     """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
-    measurement of ``precision`` and ``variant`` (layouts, C's type) at ``shape``, best first
-    (see the module's policy); judged against cuBLAS's rows of the same variant. Kernels of
-    another variant compute another product and are never among them."""
-    rows = [r for r in db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
-            if variant_of(r.kernel) == variant]
+    measurement of ``precision`` and ``variant`` (layouts, C's type, bias, activation) at
+    ``shape``, best first (see the module's policy); judged against cuBLAS's rows of the same
+    variant (the results database's variant columns select them). Kernels of another variant
+    compute another product and are never among them."""
+    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant)
     cublas = defaultdict(list)  # device -> [(time, TFLOP/s)]
     for r in rows:
         if r.family == "cublas" and r.tflops:

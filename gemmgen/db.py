@@ -13,12 +13,12 @@ row, and SQLite connections wait up to 30 s for a lock.
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, DateTime, Double, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, case, create_engine, func, select, update)
+                        UniqueConstraint, case, create_engine, func, inspect, select, text, update)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -26,14 +26,19 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 import gemmgen
 from gemmgen.dbengine import hide_password, make_sqlite_safe, setup_lock, sqlite_connect_args, sqlite_file
 from gemmgen.errors import GemmgenError
+from gemmgen.problem import VARIANT_KEYS, Variant, variant_of
 
 DEFAULT_URL = "sqlite:///results/gemmgen.db"
 ENV_VAR = "GEMMGEN_DB"
 STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 # The version of the tables below. 1: devices, kernels, problems, measurements (no version table);
-# 2: + schema_version, + claims. A database of a newer version is refused; an older one is
-# migrated (_MIGRATIONS) when opened to record.
-SCHEMA_VERSION = 2
+# 2: + schema_version, + claims; 3: + kernels.trans, out, bias, act (the problem variant). A
+# database of a newer version is refused; an older one is migrated (_MIGRATIONS) when opened to
+# record, and read as it is otherwise.
+SCHEMA_VERSION = 3
+# The first version whose kernels have the variant columns.
+VARIANT_COLUMNS_SINCE = 3
+_VARIANT_DEFAULTS = {key: getattr(Variant(), key) for key in VARIANT_KEYS}
 
 
 class ResultsDBError(GemmgenError):
@@ -105,11 +110,18 @@ class Device(Base):
 
 
 class Kernel(Base):
-    """One compiled kernel: canonical name, target and the hashes of what produced its source."""
+    """One compiled kernel: canonical name, target and the hashes of what produced its source.
+
+    ``trans``, ``out``, ``bias`` and ``act`` are the problem variant it computes
+    (gemmgen.problem.Variant), always the one its name says (``variant_of(name)``): columns so that
+    SQL can select a variant without parsing names. They are deferred (not loaded with the row),
+    so that a database of an older schema, read without migrating, can still be read.
+    """
 
     __tablename__ = "kernels"
     __table_args__ = (UniqueConstraint("name", "arch", "source_hash", name="uq_kernels_name_arch_source"),
                       Index("ix_kernels_family_precision_arch", "family", "precision", "arch"))
+    __mapper_args__ = {"eager_defaults": False}  # no RETURNING of the variant columns an older schema lacks
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(255))  # e.g. warp_128x128x8_w64x32_t8x8_b2_fp32, cublas_fp32
@@ -122,6 +134,11 @@ class Kernel(Base):
     BK: Mapped[int | None] = mapped_column("bk", Integer, index=True)
     template_hash: Mapped[str] = mapped_column(String(128), default="")
     source_hash: Mapped[str] = mapped_column(String(128), default="")
+    # the variant (gemmgen.problem.Variant); server defaults: what rows of schema 2 computed
+    trans: Mapped[str] = mapped_column(String(8), server_default="nn", deferred=True)
+    out: Mapped[str] = mapped_column(String(8), server_default="fp32", deferred=True)
+    bias: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
+    act: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
 
 
 class Problem(Base):
@@ -206,6 +223,10 @@ class ResultRow:
     kernel: str
     family: str
     precision: str
+    trans: str  # the kernel's problem variant (gemmgen.problem.Variant): layouts of A and B,
+    out: str  # C's type,
+    bias: str  # the bias vector it adds
+    act: str  # and its activation
     arch: str  # the kernel's target
     device: str
     M: int
@@ -231,8 +252,12 @@ class ResultRow:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.trans, self.out, self.bias, self.act)
 
-# Sort key -> column. Every ResultRow field but params.
+
+# Sort key -> column. Every ResultRow field but params and the variant's (filter by those).
 _SORT_COLUMNS = {
     "measurement_id": Measurement.id, "kernel": Kernel.name, "family": Kernel.family,
     "precision": Kernel.precision, "arch": Kernel.arch, "device": Device.name,
@@ -252,9 +277,13 @@ def _iso_utc(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat()
 
 
-def _row(m: Measurement, k: Kernel, d: Device, p: Problem) -> ResultRow:
+def _row(m: Measurement, k: Kernel, d: Device, p: Problem, *variant: str) -> ResultRow:
+    """``variant``: the kernel's variant columns; none for a database older than them (then read
+    from the name, which is what they always hold)."""
+    trans, out, bias, act = variant or (getattr(variant_of(k.name), key) for key in VARIANT_KEYS)
     return ResultRow(
-        measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, arch=k.arch,
+        measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, trans=trans, out=out, bias=bias,
+        act=act, arch=k.arch,
         device=d.name, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
         median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, runs=m.runs, tflops=m.tflops, rel_error=m.rel_error,
         registers=m.registers, smem_bytes=m.smem_bytes, spill_bytes=m.spill_bytes,
@@ -321,6 +350,8 @@ class ResultsDB:
             engine.dispose()
             raise ResultsDBError(f"{shown} is not a gemmgen results database (it has no table {', '.join(core)})")
         self._engine: Engine = engine
+        # the schema read: SCHEMA_VERSION once migrated; an older one where opened to read only
+        self.version = SCHEMA_VERSION if create else version
 
     def close(self) -> None:
         self._engine.dispose()
@@ -360,19 +391,29 @@ class ResultsDB:
             cuda_version=str(cuda_version)))
 
     def kernel(self, *, name: str, family: str, precision: str, arch: str, params: dict,
-               template_hash: str = "", source_hash: str = "") -> int:
+               template_hash: str = "", source_hash: str = "", variant: Variant | None = None) -> int:
         """Id of the kernel (name, arch, source_hash), created if new.
 
-        On creation BM, BN and BK are copied from ``params`` where present; an existing row is
-        returned as it is (its family, precision and params are not compared or updated).
+        On creation BM, BN and BK are copied from ``params`` where present, and the variant
+        columns (trans, out, bias, act) are what the name says (gemmgen.problem.variant_of: a
+        canonical name's or cuBLAS's ``cublas_<precision><suffix>``); ``variant``, where given,
+        must be that one (ValueError otherwise: the name is the key, and must say what the kernel
+        computes). An existing row is returned as it is (its family, precision and params are not
+        compared or updated).
         """
+        named = variant_of(str(name))
+        if variant is not None and variant != named:
+            raise ValueError(f"kernel {name!r} is named for the variant {named.text!r}, not {variant.text!r}: "
+                             "a name carries its variant's suffix (gemmgen.problem.Variant.suffix)")
         params = {str(k): _plain(v) for k, v in (params or {}).items()}
         tiles = {key: int(params[key]) if isinstance(params.get(key), int) else None
                  for key in ("BM", "BN", "BK")}
         return self._get_or_create(
             Kernel, dict(name=str(name), arch=str(arch), source_hash=str(source_hash or "")),
             dict(family=str(family), precision=str(precision), params=params,
-                 template_hash=str(template_hash or ""), **tiles))
+                 template_hash=str(template_hash or ""), **tiles,
+                 # an older schema opened to read has no such columns: its migration fills them in
+                 **({key: getattr(named, key) for key in VARIANT_KEYS} if self._has_variant_columns else {})))
 
     def problem(self, M: int, N: int, K: int, alpha: float, beta: float) -> int:
         """Id of the problem (M, N, K, alpha, beta), created if new."""
@@ -455,9 +496,13 @@ class ResultsDB:
 
     # -- queries ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def _joined():
-        return (select(Measurement, Kernel, Device, Problem)
+    @property
+    def _has_variant_columns(self) -> bool:
+        return self.version >= VARIANT_COLUMNS_SINCE
+
+    def _joined(self):
+        variant = [getattr(Kernel, key) for key in VARIANT_KEYS] if self._has_variant_columns else []
+        return (select(Measurement, Kernel, Device, Problem, *variant)
                 .join(Kernel, Measurement.kernel_id == Kernel.id)
                 .join(Device, Measurement.device_id == Device.id)
                 .join(Problem, Measurement.problem_id == Problem.id))
@@ -468,18 +513,26 @@ class ResultsDB:
 
     def results(self, *, family: str | None = None, precision: str | None = None, arch: str | None = None,
                 device: str | None = None, shape: tuple[int, int, int] | None = None,
-                status: str | Iterable[str] | None = None, tag: str | None = None, sort: str = "tflops",
+                status: str | Iterable[str] | None = None, tag: str | None = None,
+                variant: Variant | Mapping[str, str | None] | None = None, sort: str = "tflops",
                 descending: bool = True, limit: int | None = None) -> list[ResultRow]:
         """Measurements matching every filter given, sorted by ``sort`` with NULLs last.
 
         family, precision, arch (the kernel's) and tag match exactly; ``device`` is a
         case-insensitive substring of the device name; ``shape`` is (M, N, K); ``status`` is one
-        status or several. Ties are broken by the newest measurement first. Raises ResultsDBError
-        for an unknown sort key or status, a malformed shape or a negative limit.
+        status or several. ``variant``: a gemmgen.problem.Variant (kernels computing exactly it),
+        or a mapping of some of its keys (``{"trans": "nt"}``: any C type, bias and activation);
+        on a database of a schema before the variant columns, read without migrating, the
+        kernels' names are read instead. Ties are broken by the newest measurement first. Raises
+        ResultsDBError for an unknown sort key, status or variant key or value, a malformed
+        shape or a negative limit.
         """
         if sort not in _SORT_COLUMNS:
             raise ResultsDBError(f"cannot sort by {sort!r}; sort keys: {', '.join(SORT_KEYS)}")
+        wanted_variant = _variant_filter(variant)
         query = self._joined()
+        if wanted_variant and self._has_variant_columns:
+            query = query.where(*(getattr(Kernel, key) == value for key, value in wanted_variant.items()))
         if family is not None:
             query = query.where(Kernel.family == family)
         if precision is not None:
@@ -503,11 +556,37 @@ class ResultsDB:
         query = query.order_by(case((column.is_(None), 1), else_=0),  # NULLs last, both directions
                                column.desc() if descending else column.asc(),
                                Measurement.id.desc())
+        if limit is not None and int(limit) < 0:
+            raise ResultsDBError(f"limit must be 0 or more; got {limit}")
+        if wanted_variant and not self._has_variant_columns:  # an older schema: by the names
+            rows = [r for r in self._fetch(query)
+                    if all(getattr(r, key) == value for key, value in wanted_variant.items())]
+            return rows if limit is None else rows[:int(limit)]
         if limit is not None:
-            if int(limit) < 0:
-                raise ResultsDBError(f"limit must be 0 or more; got {limit}")
             query = query.limit(int(limit))
         return self._fetch(query)
+
+
+def _variant_filter(variant) -> dict[str, str]:
+    """{column: value} of results()'s ``variant`` filter: all four keys for a Variant, the keys
+    given (not None) for a mapping. Raises ResultsDBError for an unknown key or value."""
+    if variant is None:
+        return {}
+    if isinstance(variant, Variant):
+        return {key: getattr(variant, key) for key in VARIANT_KEYS}
+    try:
+        given = {str(key): str(value).strip().lower() for key, value in dict(variant).items() if value is not None}
+    except (TypeError, ValueError) as err:
+        raise ResultsDBError(f"variant must be a gemmgen.problem.Variant or a mapping of {', '.join(VARIANT_KEYS)}; "
+                             f"got {variant!r}") from err
+    unknown = [key for key in given if key not in VARIANT_KEYS]
+    if unknown:
+        raise ResultsDBError(f"unknown variant key {unknown[0]!r}; keys: {', '.join(VARIANT_KEYS)}")
+    try:
+        Variant(**given)  # each value checked, with problem.py's message
+    except GemmgenError as err:
+        raise ResultsDBError(str(err)) from None
+    return given
 
 
 def _shape(shape) -> tuple[int, int, int]:
@@ -549,6 +628,28 @@ def _upgrade(engine: Engine) -> int:
     return version
 
 
+def _add_variant_columns(engine: Engine) -> None:
+    """Schema 3: kernels gain trans, out, bias and act, each row's filled from its name (rows of
+    schema 2 are named as before variants existed: most read the default). Adds only the columns
+    missing (a fresh database has them from create_all; a migration stopped midway left some),
+    all in one transaction."""
+    have = {column["name"] for column in inspect(engine).get_columns("kernels")}
+    quote = engine.dialect.identifier_preparer.quote
+    with engine.begin() as connection:
+        for key in VARIANT_KEYS:
+            if key not in have:
+                connection.execute(text(f"ALTER TABLE kernels ADD COLUMN {quote(key)} VARCHAR(8) NOT NULL "
+                                        f"DEFAULT '{_VARIANT_DEFAULTS[key]}'"))
+        named = []
+        for kernel_id, name in connection.execute(text("SELECT id, name FROM kernels")).all():
+            variant = variant_of(name)
+            if variant != Variant():
+                named.append({"id": kernel_id, **{key: getattr(variant, key) for key in VARIANT_KEYS}})
+        if named:
+            columns = ", ".join(f"{quote(key)} = :{key}" for key in VARIANT_KEYS)
+            connection.execute(text(f"UPDATE kernels SET {columns} WHERE id = :id"), named)
+
+
 # version -> what turns the version before it into it, beyond creating new tables (done first).
 # 2 adds the tables schema_version and claims: nothing more to do.
-_MIGRATIONS: dict[int, Callable[[Engine], None]] = {}
+_MIGRATIONS: dict[int, Callable[[Engine], None]] = {3: _add_variant_columns}

@@ -422,6 +422,8 @@ def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_pa
     with sqlite3.connect(path) as c:  # back to schema 1
         c.execute("DROP TABLE claims")
         c.execute("DROP TABLE schema_version")
+        for column in ("trans", "out", "bias", "act"):
+            c.execute(f"ALTER TABLE kernels DROP COLUMN {column}")
     with ResultsDB(url, create=False) as db:  # reading an older schema is fine, and changes nothing
         assert db.results() == []
     with sqlite3.connect(path) as c:
@@ -429,8 +431,9 @@ def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_pa
     with ResultsDB(url) as db:
         assert db.device(**H100) == device  # the old rows are there
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 2
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 3
         assert c.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
+        assert c.execute("SELECT trans, out, bias, act FROM kernels").fetchall() == []  # (no kernel rows)
 
 
 def test_a_database_of_a_newer_schema_is_refused_naming_both_versions(tmp_path):
@@ -439,7 +442,7 @@ def test_a_database_of_a_newer_schema_is_refused_naming_both_versions(tmp_path):
     with sqlite3.connect(path) as c:
         c.execute("UPDATE schema_version SET version = 7")
     for create in (True, False):
-        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 2: "
+        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 3: "
                                                r"upgrade gemmgen"):
             ResultsDB(f"sqlite:///{path}", create=create)
 
