@@ -4,9 +4,10 @@ The documents are README.md, every docs/*.md (files added later included: the fo
 and results/README.md. docs/README.md states the convention for their fenced blocks:
 
 - ```sh       commands that need no GPU. Run by test_commands_run, in CI.
-- ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, after the
-              document's other commands, by test_gpu_commands_run (marked gpu: it skips without a
-              GPU). Here, without a GPU, their gemmgen arguments are parsed, so a misspelt option fails.
+- ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, in the
+              document's order with its other blocks, by test_gpu_commands_run (marked gpu: it
+              skips without a GPU). Here, without a GPU, their gemmgen arguments are parsed, so a
+              misspelt option fails.
 - ```console  a transcript: `$ command` lines, each followed by its exact output (stdout and stderr
               together). Run like ```sh, and the output compared.
 - any other block that holds shell commands (```bash, ```shell, an untagged block with `$ ` or
@@ -16,8 +17,11 @@ and results/README.md. docs/README.md states the convention for their fenced blo
 How a command runs: one line (with its `\\` continuations) is one command, run by bash from a
 scratch folder of the document's own that holds copies of results/ and workloads/ (so that the
 paths in the docs work and nothing lands in the checkout), with this interpreter's bin folder
-first on PATH (`gemmgen`, `python`), a build cache of the test session's own and no GEMMGEN_DB.
-It must exit 0. The steps of a line joined by `&&` are classified first:
+first on PATH (`gemmgen`, `python`), a build cache of the test session's own (or the folder
+GEMMGEN_DOCS_CACHE names: the cache is keyed by the source and nvcc, so one shared with an earlier
+run only saves compiles) and no GEMMGEN_DB. It must exit 0. Its wall time is printed (pytest shows
+it with -rA or -s), so that a slow command is found. The steps of a line joined by `&&` are
+classified first:
 
 - set-up steps are checked against CI instead of being run again: `python3 -m venv .venv` and
   `. .venv/bin/activate` must be what .ci/run does; `pip install` must install this checkout
@@ -35,6 +39,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +199,7 @@ def pytest_args(words: list[str]) -> list[str] | None:
 def docs_env(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("GEMMGEN_DB", "VIRTUAL_ENV")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["GEMMGEN_CACHE"] = str(tmp_path_factory.mktemp("docs-cache"))
+    env["GEMMGEN_CACHE"] = os.environ.get("GEMMGEN_DOCS_CACHE") or str(tmp_path_factory.mktemp("docs-cache"))
     env["GEMMGEN_DOCS_TEST"] = "1"
     return env
 
@@ -234,9 +239,11 @@ def run_command(command: str, where: str, cwd: Path, env: dict) -> tuple[int, st
         runnable.append(step)
     if not runnable:
         return 0, ""
+    start = time.monotonic()
     proc = subprocess.run(["bash", "-c", "set -o pipefail; " + " && ".join(runnable)], cwd=cwd, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=COMMAND_TIMEOUT_S, check=False)
+    print(f"{time.monotonic() - start:7.1f} s  {where}: {command}")
     return proc.returncode, proc.stdout
 
 
