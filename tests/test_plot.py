@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections import Counter
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from gemmgen.cli import main
 from gemmgen.db import ResultsDB
 from gemmgen.plot.history import history
 from gemmgen.plot.importance import importances
-from gemmgen.plot.ladder import ladder
+from gemmgen.plot.ladder import LADDER, ladder
 from gemmgen.plot.studies import load_study
 from gemmgen.plot.suite import suite_grid
 from gemmgen.points import NAMED_POINTS
@@ -181,41 +183,108 @@ def test_history_counts_and_marks_failed_trials(db, db_file, tmp_path):
 
 # ---- ladder -----------------------------------------------------------------------------------
 
+def _expected_ladder(db) -> dict[str, dict[Shape, tuple[str, float, float | None]]]:
+    """The test's own reading of the ladder: for each of v1..v6 stored at a suite shape, per shape
+    its kernel, highest TFLOP/s and gemmgen.best score there."""
+    expected = {}
+    for name in LADDER:
+        point = NAMED_POINTS[name]
+        kernel = point.config(SM90).name
+        at = {}
+        for shape in SUITE_SHAPES:
+            mine = [r for r in ranked(db, point.precision, shape, SM90) if r.kernel == kernel]
+            if mine:
+                at[shape] = (kernel, mine[0].tflops, mine[0].score)
+        if at:
+            expected[f"{name} ({point.precision})"] = at
+    return expected
+
+
+def _store(db, point: str, shape: Shape, tflops: float) -> None:
+    """A verified bench row of the named point at ``shape``, on the shipped file's H100."""
+    config = NAMED_POINTS[point].config(SM90)
+    device = db.results(family="cublas", precision="fp32", shape=(4096, 4096, 4096))[0]
+    device_id = db.device(name=device.device, arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
+                          driver_version="580.159.04", cuda_version="13.0")
+    kernel_id = db.kernel(name=config.name, family=config.family.name, precision=config.precision, arch="sm_90",
+                          params=config.params)
+    db.record(kernel_id=kernel_id, device_id=device_id, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
+              status="ok", median_ms=shape.flops / (tflops * 1e12) * 1e3, tflops=tflops, tag="bench")
+
+
 def test_ladder_of_the_shipped_results(db):
     found = ladder(db, SM90)
-    assert list(found.series) == ["v4 (fp32)", "cuBLAS fp32"]
-    assert found.missing == ("v1", "v2", "v3", "v5", "v6")  # the shipped file measured only v4
+    expected = _expected_ladder(db)
+    # v4 is at every suite shape (the suite's fp32 fallback, a tuning seed); the ladder run of
+    # docs/results.md adds v1..v6 at 4096^3 and 8192^3 (results/README.md)
+    assert set(expected["v4 (fp32)"]) == set(SUITE_SHAPES)
+    if "v1 (fp32)" in expected:
+        big = {Shape(4096, 4096, 4096), Shape(8192, 8192, 8192)}
+        assert [label for label in expected if big <= set(expected[label])] == \
+            [f"{n} ({NAMED_POINTS[n].precision})" for n in LADDER]
+    precisions = list(dict.fromkeys(NAMED_POINTS[label.split()[0]].precision for label in expected))
+    assert list(found.series) == [*expected, *(f"cuBLAS {p}" for p in precisions)]
+    assert found.missing == tuple(n for n in LADDER if f"{n} ({NAMED_POINTS[n].precision})" not in expected)
     assert found.shapes == SUITE_SHAPES
-    v4 = NAMED_POINTS["v4"].config(SM90).name
-    for shape, rung in found.series["v4 (fp32)"].items():
-        (mine,) = [r for r in ranked(db, "fp32", shape, SM90) if r.kernel == v4]
-        assert (rung.kernel, rung.tflops, rung.ratio) == (v4, mine.tflops, mine.score)
+    for label, at in expected.items():
+        assert {s: (r.kernel, r.tflops, r.ratio) for s, r in found.series[label].items()} == at
+    for precision in precisions:
+        for shape, rung in found.series[f"cuBLAS {precision}"].items():
+            rows = db.results(family="cublas", precision=precision, shape=(shape.m, shape.n, shape.k), status="ok")
+            assert rung.tflops == max(r.tflops for r in rows)
     for shape, rung in found.series["cuBLAS fp32"].items():
-        rows = db.results(family="cublas", precision="fp32", shape=(shape.m, shape.n, shape.k), status="ok")
-        assert rung.tflops == max(r.tflops for r in rows)
         assert rung.tflops > found.series["v4 (fp32)"][shape].tflops
 
 
 def test_ladder_takes_a_point_once_it_is_stored(db):
-    v1 = NAMED_POINTS["v1"].config(SM90)
-    shape = Shape(4096, 4096, 4096)
-    device = db.results(family="cublas", precision="fp32", shape=(4096, 4096, 4096))[0]
-    device_id = db.device(name=device.device, arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
-                          driver_version="580.159.04", cuda_version="13.0")
-    kernel_id = db.kernel(name=v1.name, family=v1.family.name, precision="fp32", arch="sm_90", params=v1.params)
-    db.record(kernel_id=kernel_id, device_id=device_id, problem_id=db.problem(4096, 4096, 4096, 1.0, 0.0),
-              status="ok", median_ms=45.0, tflops=3.05, tag="bench")
+    before = ladder(db, SM90, precision="fp32")
+    had = {s: r.tflops for s, r in before.series.get("v1 (fp32)", {}).items()}
+    shape = next(s for s in SUITE_SHAPES if s not in had)  # the shipped ladder run is at 4096^3 and 8192^3 only
+    _store(db, "v1", shape, 3.05)
     found = ladder(db, SM90, precision="fp32")
-    assert list(found.series) == ["v1 (fp32)", "v4 (fp32)", "cuBLAS fp32"]
-    assert found.missing == ("v2", "v3")
-    assert {s: r.tflops for s, r in found.series["v1 (fp32)"].items()} == {shape: 3.05}
+    assert list(found.series)[0] == "v1 (fp32)" and list(found.series)[-1] == "cuBLAS fp32"
+    assert found.missing == tuple(n for n in before.missing if n != "v1")
+    assert {s: r.tflops for s, r in found.series["v1 (fp32)"].items()} == {**had, shape: 3.05}
+
+
+def test_ladder_of_all_six(db):
+    """The ladder run stored (v1..v6 and cuBLAS at 4096^3 and 8192^3, as docs/results.md's command
+    stores it): every point drawn, none missing, each at its own precision."""
+    big = (Shape(4096, 4096, 4096), Shape(8192, 8192, 8192))
+    for i, name in enumerate(LADDER):
+        for shape in big:
+            _store(db, name, shape, 5.0 + i)
+    found = ladder(db, SM90)
+    assert list(found.series) == ["v1 (fp32)", "v2 (fp32)", "v3 (fp32)", "v4 (fp32)", "v5 (tf32)", "v6 (fp16)",
+                                  "cuBLAS fp32", "cuBLAS tf32", "cuBLAS fp16"]
+    assert found.missing == ()
+    for label in found.series:
+        assert set(big) <= set(found.series[label])
+    for i, name in enumerate(LADDER):  # the highest stored: these rows, or the shipped run's where faster
+        rung = found.series[f"{name} ({NAMED_POINTS[name].precision})"][big[0]]
+        assert rung.kernel == NAMED_POINTS[name].config(SM90).name and rung.tflops >= 5.0 + i
+    assert found.series["cuBLAS fp16"][big[0]].tflops > found.series["v6 (fp16)"][big[0]].tflops
 
 
 def test_ladder_picture(db_file, tmp_path):
+    with ResultsDB(f"sqlite:///{db_file}", create=False) as results:
+        found = ladder(results, SM90)
     texts = draw_both(db_file, tmp_path, "ladder")
-    assert "v4 (fp32)" in texts and "cuBLAS fp32" in texts
-    assert any("not stored, so not drawn: v1, v2, v3, v5, v6" in t for t in texts)
+    assert set(found.series) <= set(texts) and "v4 (fp32)" in texts and "cuBLAS fp32" in texts
+    if found.missing:
+        assert any(f"not stored, so not drawn: {', '.join(found.missing)}" in t for t in texts)
+    else:
+        assert not any("not stored" in t for t in texts)
     assert {str(s) for s in SUITE_SHAPES} <= set(texts)
+
+
+def test_ladder_picture_of_all_six(db_file, tmp_path):
+    with ResultsDB(f"sqlite:///{db_file}", create=False) as results:
+        for name in LADDER:
+            _store(results, name, Shape(4096, 4096, 4096), 20.0)
+    texts = draw_both(db_file, tmp_path, "ladder")
+    assert {"v1 (fp32)", "v5 (tf32)", "v6 (fp16)", "cuBLAS tf32", "cuBLAS fp16"} <= set(texts)
+    assert not any("not stored" in t for t in texts)
 
 
 # ---- importance -------------------------------------------------------------------------------
@@ -285,6 +354,9 @@ def test_options_a_kind_does_not_take_and_a_ladder_of_no_point(capsys, db_file, 
     _fails(capsys, ["plot", "ladder", "--db", str(db_file), "--study", STUDY, "-o", out], "--study goes with")
     _fails(capsys, ["plot", "ladder", "--db", str(db_file), "--precision", "bf16", "-o", out],
            "no named point of the ladder is bf16")
+    v5 = NAMED_POINTS["v5"].config(SM90).name  # taken out of the copy: the shipped ladder run stores it
+    with closing(sqlite3.connect(db_file)) as con, con:
+        con.execute("DELETE FROM measurements WHERE kernel_id IN (SELECT id FROM kernels WHERE name = ?)", (v5,))
     _fails(capsys, ["plot", "ladder", "--db", str(db_file), "--precision", "tf32", "-o", out],
            "none of v5 is stored for sm_90", "gemmgen bench v5")
 
