@@ -42,10 +42,12 @@ def test_variant_of_stored_names():
 
 
 def test_families_refuse_what_they_do_not_compute():
-    with pytest.raises(InvalidPoint, match=r"family warp computes layout nn only, not trans=nt"):
-        make_config("warp", {"trans": "nt"}, "fp32")
-    with pytest.raises(InvalidPoint, match=r"family mma stores C as fp32 only, not out=bf16"):
-        make_config("mma", {"out": "bf16"}, "bf16", "sm_80")
+    with pytest.raises(InvalidPoint, match=r"family wmma computes layout nn only, not trans=nt"):
+        make_config("wmma", {"trans": "nt"}, "fp16")
+    with pytest.raises(InvalidPoint, match=r"family wmma stores C as fp32 only, not out=bf16"):
+        make_config("wmma", {"out": "bf16"}, "fp16", "sm_80")
+    with pytest.raises(InvalidPoint, match=r"family warp stores C as fp32 only, not out=fp16"):
+        make_config("warp", {"trans": "tn", "out": "fp16"}, "fp32")
     with pytest.raises(InvalidPoint, match=r"overlap=1 holds fp32 boxes of C"):
         make_config("hopper", {**NT_BF16, "overlap": 1}, "bf16")
     with pytest.raises(InvalidPoint, match=r"tf32 computes trans=nn into fp32 C only"):

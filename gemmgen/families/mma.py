@@ -5,7 +5,7 @@ as MT x NT instructions of m16n8k16 (fp16, bf16) or m16n8k8 (tf32) with fp32 acc
 registers. ``stages`` K tiles are in flight: while one is computed, the copies of the next
 stages-1 run asynchronously (cp.async, 16 bytes each, zero-filling outside A and B).
 
-Shared memory holds A as BM x BK and B as BK x BN, both row-major and unpadded, XOR-swizzled in
+Shared memory holds A as BM x BK and B as BK x BN (trans=nn), row-major and unpadded, XOR-swizzled in
 16-byte chunks (the template's mma_swz): the 8 rows of every ldmatrix phase, and every
 quarter-warp's 16-byte copies, fall in distinct bank groups. Fragment addresses are one
 per-thread offset XORed with compile-time constants, so the main loop does little address
@@ -24,6 +24,20 @@ ahead) for fp16 and bf16. Either way every shape is correct; only the speed chan
 ``split_k`` > 1 divides the K range among that many blocks per C tile (grid z), for thin and
 small shapes that leave SMs idle; the partial tiles are added in split order by the last block
 to finish, as in warp (common.cuh.j2's gg_splitk_reduce), so results are deterministic.
+
+Layouts (the variant's ``trans``): every one of nn, nt, tn, tt, for every precision. Shared
+memory holds each operand as it is stored, so the copies stay 16-byte cp.async; the fragments
+come from whichever way the tile lies. A K-contiguous tile (A of nn/nt, B stored N x K of nt/tt,
+the mma's own "row"/"col" layouts) is read with plain ldmatrix, for tf32 too (a 16-bit 8x8
+matrix is an 8 x 4 one of 32-bit elements); an fp16/bf16 tile stored K-major (A stored K x M,
+B of nn/tn) with ldmatrix.trans. ldmatrix cannot transpose 32-bit elements, so a tf32 tile
+stored K-major is read with 8-byte loads of two adjacent columns, which become two rows of the
+m16 tile (A) or the same column of two n8 tiles (B); the epilogue stores C with those rows and
+columns in place. tf32 nn keeps its own formulation (C^T = B^T A^T: B in the mma's A operand).
+A stored K x M is read in place: where its rows (M) are not 16-byte aligned, the main loop
+copies element by element, as for a null workspace (the launcher's packing plan packs A as
+M x K only). C is stored as fp32, fp16 or bf16 (the variant's ``out``): accumulation, split-K
+partials and ``beta * C`` in fp32 (C read in its type), rounded once at the store.
 """
 
 from gemmgen.dtypes import PRECISIONS
@@ -39,6 +53,8 @@ def derive(p, precision):
     warps = p["WARPS_M"] * p["WARPS_N"]
     wm, wn = p["BM"] // p["WARPS_M"], p["BN"] // p["WARPS_N"]
     stage = p["BM"] * p["BK"] + p["BK"] * p["BN"]  # elements; no padding (swizzled)
+    tf32 = precision == "tf32"
+    a_t, b_t = p["trans"][0] == "t", p["trans"][1] == "t"
     return {
         "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
                              smem_bytes=p["stages"] * stage * esize, pack_vec=vec,
@@ -50,6 +66,12 @@ def derive(p, precision):
         "WN": wn,
         "MT": max(wm // 16, 1),
         "NT": max(wn // 8, 1),
+        # how the operands lie in shared memory and how their fragments are read (mma.cu.j2)
+        "A_KC": not a_t,  # A's tile is BM x BK (K-contiguous): ldmatrix; else BK x BM
+        "B_KC": b_t,  # B's tile is BN x BK (B stored N x K): ldmatrix; else BK x BN
+        "SWAP": tf32 and not a_t and not b_t,  # tf32 nn: C^T = B^T A^T, B in the mma's A operand
+        "A_PAIRS": tf32 and a_t,  # tf32 A stored K x M: 8-byte loads of column pairs
+        "B_PAIRS": tf32 and not b_t,  # tf32 B stored K x N: 8-byte loads of column pairs
     }
 
 
@@ -91,5 +113,7 @@ FAMILY = Family(
     check=check,
     min_cc=80,
     min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
+    layouts=("nn", "nt", "tn", "tt"),
+    outputs=("fp32", "fp16", "bf16"),
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )

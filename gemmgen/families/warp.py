@@ -6,6 +6,12 @@ shared-memory reads are 128-bit and conflict-free. A is stored transposed in sha
 (BK x BM, padded), B as BK x BN. ``buffers`` = 2 double-buffers shared memory: the next K tile is
 loaded from global memory into registers while the current one is computed.
 
+Layouts (the variant's ``trans``): nn, nt, tn and tt, into fp32 C. Shared memory always holds
+A's tile as BK x BM and B's as BK x BN; an operand whose rows run along K as stored (A of nn/nt,
+B stored N x K of nt/tt) is loaded as float4 along K and transposed on its way into shared
+memory (padded rows), one whose rows run along M or N (A stored K x M of tn/tt, B of nn/tn) is
+stored as loaded, in float4s. The compute loop is the same for every layout.
+
 ``split_k`` > 1 divides the K range among that many blocks per C tile (grid z). Each stores its
 partial tile in the workspace; the last of them to finish adds all of them in split order and
 runs the epilogue, so results are deterministic (common.cuh.j2's gg_splitk_reduce). ``swizzle`` = G
@@ -16,15 +22,18 @@ tiles of A and B in L2 (1: plain row-major order).
 from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
 
 A_PAD = 4  # floats; keeps 16-byte alignment of the transposed A rows and spreads their stores
+B_PAD = A_PAD  # the same for B's rows where B is stored N x K (trans nt, tt) and transposed too
 
 
 def derive(p, precision):
     warps_m, warps_n = max(p["BM"] // p["WM"], 1), max(p["BN"] // p["WN"], 1)
     threads = 32 * warps_m * warps_n
-    lda = p["BM"] + A_PAD
+    a_t, b_t = p["trans"][0] == "t", p["trans"][1] == "t"
+    lda = p["BM"] + (0 if a_t else A_PAD)  # A stored K x M is stored as loaded: no transposing stores
+    ldb = p["BN"] + (B_PAD if b_t else 0)
     return {
         "geometry": Geometry((threads, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
-                             smem_bytes=p["buffers"] * (p["BK"] * lda + p["BK"] * p["BN"]) * 4,
+                             smem_bytes=p["buffers"] * (p["BK"] * lda + p["BK"] * ldb) * 4,
                              split_k=p["split_k"]),
         "WARPS_M": warps_m,
         "WARPS_N": warps_n,
@@ -33,7 +42,7 @@ def derive(p, precision):
         "VM": min(p["TM"], 4),
         "VN": min(p["TN"], 4),
         "LDA": lda,
-        "LDB": p["BN"],
+        "LDB": ldb,
         "A_ITERS": cdiv(p["BM"] * p["BK"], threads * 4),
         "B_ITERS": cdiv(p["BK"] * p["BN"], threads * 4),
     }
@@ -49,7 +58,7 @@ def check(p, precision, d):
     if per_warp != 32:
         v.append(f"a warp is 32 threads: (WM/TM)*(WN/TN) = ({p['WM']}/{p['TM']})*({p['WN']}/{p['TN']}) "
                  f"= {per_warp}, must be 32")
-    divides(v, "A is loaded as float4 along K", "BK", p["BK"], "4", 4)
+    divides(v, "A (and B stored N x K) are loaded as float4 along K", "BK", p["BK"], "4", 4)
     return v
 
 
@@ -76,4 +85,5 @@ FAMILY = Family(
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
     derive=derive,
     check=check,
+    layouts=("nn", "nt", "tn", "tt"),
 )
