@@ -5,9 +5,10 @@ import time
 
 from gemmgen.arch import parse_arch
 from gemmgen.build import BuildResult
+from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
-from gemmgen.measure import Measured, timed_problem_id
-from gemmgen.problem import Shape
+from gemmgen.measure import Measured, cublas_name, timed_problem_id
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash
 from gemmgen.runtime import Timing
 
@@ -22,7 +23,9 @@ def fake_tflops(config) -> float:
 
 
 def fake_compile(family, params, precision, arch, timeout_s):
-    return BuildResult(True, "fake", "")
+    """No compile: the result's key is the name of the kernel the worker was asked for, which
+    FakeBench checks against the kernel it measures."""
+    return BuildResult(True, make_config(family, params, precision, arch).name, "")
 
 
 class FakeBench:
@@ -34,15 +37,19 @@ class FakeBench:
     def __init__(self, db: ResultsDB, wrong: set[str] = frozenset(), sleep_s: float = 0.0, marker: str | None = None):
         self.db, self.wrong, self.measured, self.stop_after, self.tuner = db, wrong, [], None, None
         self.sleep_s, self.marker = sleep_s, marker
-        self.interleave, self.give_ups, self.retimed = False, [], []
+        self.interleave, self.give_ups, self.retimed, self.baselines = False, [], [], []
         self.device_id = db.device(name="Fake GPU", arch="sm_90", sm_count=1, clock_mhz=1, memory_clock_mhz=1,
                                    driver_version="0", cuda_version="0")
 
-    def measure_cublas(self, precision, shape):
-        return Measured("cublas", f"cublas_{precision}", precision, shape, "ok", Timing(1.0, 1.0, 1.0, 1))
+    def measure_cublas(self, precision, shape, variant=Variant()):
+        self.baselines.append((precision, shape, variant))
+        return Measured("cublas", cublas_name(precision, variant), precision, shape, "ok", Timing(1.0, 1.0, 1.0, 1),
+                        variant=variant)
 
     def measure_point(self, label, config, shape, build=None, give_up_ms=None):
         # trials' measurements; the re-timing at the end (in alternation with cuBLAS) apart
+        if build is not None and build.key != config.name:  # the compile worker built another kernel
+            raise AssertionError(f"measuring {config.name}, built {build.key}")
         (self.retimed if self.interleave else self.measured).append(config.name)
         if self.marker:
             with open(self.marker, "a") as f:

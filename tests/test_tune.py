@@ -2,6 +2,7 @@
 records into a real (temporary) results database; compiles are real where marked nvcc."""
 
 import random
+import re
 from concurrent.futures import ProcessPoolExecutor
 
 import optuna
@@ -14,7 +15,7 @@ from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
 from gemmgen.points import point_spec
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.space import load_space
 
 
@@ -214,3 +215,57 @@ def test_extra_first_points_come_after_the_named_points_once(url):
     assert [t.user_attrs.get("named_point") or t.user_attrs.get("seeded_from") for t in trials] == \
         ["v4", "splitk", "a kernel at 1x2x3"]
     assert trials[2].user_attrs["kernel"] == name and trials[2].state.name == "COMPLETE"
+
+
+# ---- problem variants ----
+
+NT_GELU = Variant("nt", "bf16", "col", "gelu")
+
+
+def test_a_variants_study_is_named_after_it():
+    shapes = [Shape(4096, 4096, 4096)]
+    assert tune.study_name("hopper", "bf16", "sm_90", shapes, NT_GELU) == \
+        "hopper-bf16_nt_obf16_bcol_gelu-sm_90-4096x4096x4096"
+    assert tune.study_name("hopper", "bf16", "sm_90", shapes, Variant()) == \
+        tune.study_name("hopper", "bf16", "sm_90", shapes) == "hopper-bf16-sm_90-4096x4096x4096"  # as before
+
+
+def test_every_trial_of_a_variant_computes_it_and_is_judged_against_its_cublas(url):
+    """Every kernel compiled, measured and re-timed computes the variant (the compile worker is
+    asked for it too: FakeBench checks the build's name), cuBLAS is measured in it, and the study
+    is the variant's own: the default variant's tune at the same shape is another study."""
+    db = ResultsDB(url)
+    bench = FakeBench(db)
+    t = tune.Tuner(bench, load_space("hopper"), "bf16", SM90, SHAPES, storage=url, sampler="random", seed=0, jobs=2,
+                   log=lambda line: None, variant=NT_GELU)
+    t.compile_fn = fake_compile
+    report = t.run(6)
+    assert t.study_name == "hopper-bf16_nt_obf16_bcol_gelu-sm_90-256x256x256" == report.study
+    assert bench.baselines == [("bf16", SHAPES[0], NT_GELU)]
+    assert len(bench.measured) == 6 and bench.retimed
+    assert all(point_spec(name)[2]["bias"] == "col" and name.endswith("_bf16_nt_obf16_bcol_gelu")
+               for name in bench.measured + bench.retimed)
+    trials = optuna.load_study(study_name=t.study_name, storage=url).trials
+    assert [t_.state.name for t_ in trials] == ["COMPLETE"] * 6  # hopper_bf16's overlap=1 stores fp32 boxes: no start
+    assert {r.kernel for r in db.results()} == set(bench.measured) | set(bench.retimed)
+    assert all(r.variant == NT_GELU for r in db.results())
+    assert report.retimed[0].config.variant == NT_GELU
+    plain = tune.Tuner(FakeBench(db), load_space("hopper"), "bf16", SM90, SHAPES, storage=url, sampler="random",
+                       seed=0, jobs=1, log=lambda line: None)
+    plain.compile_fn = fake_compile
+    plain.run(2, retime=False)
+    assert plain.study_name == "hopper-bf16-sm_90-256x256x256"
+    assert len(optuna.load_study(study_name=t.study_name, storage=url).trials) == 6
+    assert [r.variant for r in db.results(variant=Variant())] == [Variant()] * 2
+
+
+@pytest.mark.parametrize("family, precision, variant, message", [
+    ("warp", "fp32", Variant(bias="col"), "family warp does not compute bias=col (only none); see gemmgen list"),
+    ("hopper", "tf32", Variant("nt"), "no point of the hopper search space computes nt fp32 none none in tf32 on "
+                                      "sm_90 (2000 drawn): tf32 computes trans=nn into fp32 C only so far"),
+])
+def test_a_variant_the_space_cannot_compute_is_refused_before_any_trial(url, family, precision, variant, message):
+    with pytest.raises(GemmgenError, match=re.escape(message)):
+        tune.Tuner(FakeBench(ResultsDB(url)), load_space(family), precision, SM90, SHAPES, storage=url,
+                   variant=variant, log=lambda line: None)
+    assert optuna.get_all_study_summaries(url) == []

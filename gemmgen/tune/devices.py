@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass
 
 from gemmgen.errors import GemmgenError, InvalidParameter
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.tune.loop import Budget, TrialOutcome, Tuner, TuneReport
 
 
@@ -34,6 +34,7 @@ class TuneSpec:
     compile_timeout_s: float
     arch: str | None  # --gpu, which must be the GPU's own
     first: tuple[tuple[dict, dict], ...] = ()  # extra first trials, (params, user_attrs): Tuner's ``first``
+    variant: Variant = Variant()  # what every trial's kernel computes (--trans, --out, --bias, --act)
 
 
 def parse_devices(text: str, count: int) -> list[int]:
@@ -60,7 +61,7 @@ def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: 
     return Tuner(bench, load_space(spec.family), spec.precision, arch, list(spec.shapes), study=spec.study,
                  storage=spec.url, sampler=spec.sampler, seed=seed, jobs=jobs,
                  compile_timeout_s=spec.compile_timeout_s, progress=progress, device=device,
-                 first=list(spec.first))
+                 first=list(spec.first), variant=spec.variant)
 
 
 def _open_bench(spec: TuneSpec, index: int):
@@ -169,11 +170,9 @@ def _tune_in_processes(spec: TuneSpec, devices: list[int], progress) -> TuneRepo
 def _study_best(tuner: Tuner) -> TrialOutcome | None:
     from optuna.trial import TrialState
 
-    from gemmgen.config import make_config
-
     done = tuner.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not done:
         return None
     best = max(done, key=lambda t: t.value)
-    config = make_config(tuner.space.family, best.params, tuner.precision, tuner.arch)
+    config = tuner.config(best.params)
     return TrialOutcome(config, config.name, "ok", best.value)

@@ -20,6 +20,7 @@ work on it at once. Each tuner:
 
 import multiprocessing
 import queue
+import random
 import signal
 import threading
 import time
@@ -34,10 +35,11 @@ from optuna.trial import TrialState
 
 from gemmgen.build import DEFAULT_TIMEOUT_S, BuildResult, build_kernel
 from gemmgen.config import KernelConfig, make_config
-from gemmgen.errors import InvalidPoint
+from gemmgen.errors import InvalidParameter, InvalidPoint
+from gemmgen.families import get_family
 from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.report import geometric_mean
 from gemmgen.runtime import Timing
@@ -51,11 +53,48 @@ FINAL_TAG = ":final"  # the re-timed rows' tag: the study's name and this
 RETIMED_ATTR = "retimed"  # the study's user attribute that keeps the last re-timing's results
 MAX_ASKS_PER_TRIAL = 50  # grid: asks per requested trial before giving up on a space of few feasible points
 _ANY_STATUS = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
+CHECK_DRAWS = 2000  # points of a space drawn, at most, to find one that computes the variant asked
 
 
-def study_name(family: str, precision: str, arch: str, shapes: list[Shape]) -> str:
-    """The default study name, e.g. ``warp-fp32-sm_90-4096x4096x4096``."""
-    return f"{family}-{precision}-{arch}-" + "_".join(str(s) for s in shapes)
+def study_name(family: str, precision: str, arch: str, shapes: list[Shape], variant: Variant = Variant()) -> str:
+    """The default study name, e.g. ``warp-fp32-sm_90-4096x4096x4096``; a variant other than the
+    default adds its suffix to the precision, as kernel names do
+    (``hopper-bf16_nt_obf16-sm_90-4096x4096x4096``), so that studies of different variants never
+    mix (their trials would be different kernels with the same parameters)."""
+    return f"{family}-{precision}{variant.suffix}-{arch}-" + "_".join(str(s) for s in shapes)
+
+
+def variant_params(params: dict, variant: Variant) -> dict:
+    """A trial's parameters (the space's) with the variant's keys, as make_config takes them."""
+    return {**params, **dict(variant.items)}
+
+
+def check_variant(space: SearchSpace, precision: str, arch, variant: Variant) -> None:
+    """Raises InvalidParameter, in one message, where tuning ``space`` for ``variant`` would find
+    nothing: the family does not compute the variant at all (its declared layouts, outputs,
+    biases, activations), or none of CHECK_DRAWS points drawn from the space computes it in
+    ``precision`` on ``arch`` (the message gives the constraints every point drawn broke, else
+    those of the first)."""
+    family = get_family(space.family)
+    declared = {"trans": family.layouts, "out": family.outputs, "bias": family.biases, "act": family.activations}
+    wrong = [f"{key}={getattr(variant, key)} (only {', '.join(declared[key])})" for key in declared
+             if getattr(variant, key) not in declared[key]]
+    if wrong:
+        raise InvalidParameter(f"family {family.name} does not compute {'; '.join(wrong)}; see gemmgen list and "
+                               "docs/problems.md for the variants each family computes")
+    if variant == Variant():
+        return
+    rng, first, every = random.Random(0), None, None
+    for _ in range(CHECK_DRAWS):
+        try:
+            make_config(space.family, variant_params(space.sample(rng), variant), precision, arch)
+            return
+        except InvalidPoint as err:
+            first = first or err
+            every = [v for v in (err.violations if every is None else every) if v in err.violations]
+    why = "; ".join(every) if every else f"the first drawn: {first}"
+    raise InvalidParameter(f"no point of the {space.family} search space computes {variant.text} in {precision} "
+                           f"on {arch.name} ({CHECK_DRAWS} drawn): {why}")
 
 
 def named_points_in(space: SearchSpace, precision: str) -> list[str]:
@@ -169,11 +208,13 @@ def _lower_best(best_ms: dict, outcome: TrialOutcome) -> None:
 
 
 class Tuner:
-    """One tuning run: a family, a precision, the GPU's architecture and one or more shapes.
+    """One tuning run: a family, a precision, the GPU's architecture, one or more shapes and the
+    problem variant (``variant``: every trial's kernel computes it, cuBLAS's baseline is of it,
+    and the study's default name carries it).
 
     ``bench`` measures: it has ``db``, ``device_id``, ``gpu`` (or None),
     ``measure_point(label, config, shape, build=..., give_up_ms=...)`` and
-    ``measure_cublas(precision, shape)`` returning :class:`Measured` (the real one is
+    ``measure_cublas(precision, shape, variant)`` returning :class:`Measured` (the real one is
     :class:`gemmgen.measure.Bench`; tests pass a deterministic stand-in). ``progress`` receives
     one event (a dict) per note and per finished trial (tune.progress renders them).
 
@@ -187,25 +228,35 @@ class Tuner:
                  jobs: int = 1, compile_timeout_s: float = DEFAULT_TIMEOUT_S,
                  log: Callable[[str], None] = print, progress: Callable[[dict], None] | None = None,
                  device: str = "", heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
-                 grace_period_s: int = GRACE_PERIOD_S, first: list[tuple[dict, dict]] = ()):
+                 grace_period_s: int = GRACE_PERIOD_S, first: list[tuple[dict, dict]] = (),
+                 variant: Variant = Variant()):
         self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, space.precision(precision), arch, shapes
         self.jobs, self.compile_timeout_s, self.log = max(1, jobs), compile_timeout_s, log
-        self.device = device
+        self.device, self.variant = device, variant
+        check_variant(space, self.precision, arch, variant)
         self._progress = progress or self._log_progress
-        self.study_name = study or study_name(space.family, precision, arch.name, shapes)
+        self.study_name = study or study_name(space.family, precision, arch.name, shapes, variant)
         self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
-        named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)]
+        # the family's named points that compute the variant (an fp32 box of C, for one, does not
+        # store bf16): a point that cannot is no start
+        named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)
+                 if self._feasible(NAMED_POINTS[name].params)]
         self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
         self._stop = threading.Event()
         self.compile_fn = _compile  # what the worker processes run; tests substitute a stand-in
 
     # ---- points ----
 
+    def config(self, params: dict) -> KernelConfig:
+        """The KernelConfig of a trial's parameters, of this run's precision, target and variant;
+        raises InvalidPoint."""
+        return make_config(self.space.family, variant_params(params, self.variant), self.precision, self.arch)
+
     def _feasible(self, params: dict) -> bool:
         try:
-            make_config(self.space.family, params, self.precision, self.arch)
+            self.config(params)
             return True
         except InvalidPoint:
             return False
@@ -298,8 +349,9 @@ class Tuner:
         then, with ``retime``, the best re-timed against cuBLAS."""
         budget = budget or Budget(n_trials)
         start = time.monotonic()
-        self._note(f"measuring cuBLAS at {', '.join(str(s) for s in self.shapes)}")
-        baseline = {s: self.bench.measure_cublas(self.precision, s) for s in self.shapes}
+        self._note(f"measuring cuBLAS at {', '.join(str(s) for s in self.shapes)}"
+                   + (f" ({self.variant.text})" if self.variant != Variant() else ""))
+        baseline = {s: self.bench.measure_cublas(self.precision, s, self.variant) for s in self.shapes}
         base = [m.tflops for m in baseline.values()]
         base_tflops = geometric_mean(base) if all(base) else None
         best_ms = self._best_stored_ms()
@@ -367,7 +419,7 @@ class Tuner:
         heartbeat.hold(trial._trial_id)
         params = self._params(trial)
         try:
-            config = make_config(self.space.family, params, self.precision, self.arch)
+            config = self.config(params)
         except InvalidPoint as err:
             trial.set_user_attr("kernel", err.name)
             trial.set_user_attr("status", "infeasible")
@@ -386,8 +438,8 @@ class Tuner:
         return _Work(trial, config, future=self._submit(pool, config))
 
     def _submit(self, pool, config: KernelConfig) -> Future:
-        return pool.submit(self.compile_fn, config.family.name, config.params, config.precision, config.arch.name,
-                           self.compile_timeout_s)
+        return pool.submit(self.compile_fn, config.family.name, variant_params(config.params, config.variant),
+                           config.precision, config.arch.name, self.compile_timeout_s)
 
     def _settle_waiting(self, pending: deque, pool, work_q: queue.Queue) -> None:
         """Trials whose point another tuner claimed: reuse its result once stored; take the claim
@@ -444,7 +496,7 @@ class Tuner:
         best: dict = {}
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             try:
-                config = make_config(self.space.family, trial.params, self.precision, self.arch)
+                config = self.config(trial.params)
             except InvalidPoint:
                 continue
             for m in self._stored(config, source_hash(render_kernel(config))) or []:
@@ -478,7 +530,7 @@ class Tuner:
             if name in seen:
                 continue
             seen.add(name)
-            configs.append(make_config(self.space.family, trial.params, self.precision, self.arch))
+            configs.append(self.config(trial.params))
             if len(configs) == top:
                 break
         if not configs:

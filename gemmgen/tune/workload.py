@@ -23,12 +23,12 @@ from optuna.trial import TrialState
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import FAMILIES
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.report import format_rows
 from gemmgen.space import SearchSpace, load_space
 from gemmgen.best import shape_distance
 from gemmgen.tune.devices import TuneSpec, tune
-from gemmgen.tune.loop import RETIMED_ATTR, study_name
+from gemmgen.tune.loop import RETIMED_ATTR, check_variant, study_name
 from gemmgen.tune.storage import open_storage
 from gemmgen.workload import Workload, WorkloadEntry
 
@@ -38,19 +38,25 @@ DEFAULT_FAMILIES = {"fp32": ("warp",), "tf32": ("hopper", "mma"), "fp16": ("hopp
                     "bf16": ("hopper", "mma")}
 
 
-def default_family(precision: str, arch: Arch) -> str:
-    """The family to tune ``precision`` with on ``arch`` (DEFAULT_FAMILIES); raises
-    InvalidParameter where none of them runs there."""
+def default_family(precision: str, arch: Arch, variant: Variant = Variant()) -> str:
+    """The family to tune ``precision`` with on ``arch`` (DEFAULT_FAMILIES): the first that runs
+    there and computes ``variant`` (its declared layouts, outputs, biases and activations);
+    raises InvalidParameter where none of them does."""
     for name in DEFAULT_FAMILIES[precision]:
-        if FAMILIES[name].runs_on(arch.cc):
+        f = FAMILIES[name]
+        if f.runs_on(arch.cc) and (variant.trans in f.layouts and variant.out in f.outputs
+                                   and variant.bias in f.biases and variant.act in f.activations):
             return name
-    raise InvalidParameter(f"no default family tunes {precision} on {arch.name}; choose one with --family")
+    what = precision if variant == Variant() else f"{precision} ({variant.text})"
+    raise InvalidParameter(f"no default family tunes {what} on {arch.name}; choose one with --family")
 
 
-def plan(workload: Workload, precision: str | None, family: str | None, arch: Arch) -> list[tuple[str, str]]:
+def plan(workload: Workload, precision: str | None, family: str | None, arch: Arch,
+         variant: Variant = Variant()) -> list[tuple[str, str]]:
     """(precision, family) pairs to tune: the workload's precisions (or ``precision`` alone, which
-    must be one of them), each with ``family`` or its default family. Raises InvalidParameter
-    naming the option and what is allowed."""
+    must be one of them), each with ``family`` or its default family, which must compute
+    ``variant`` (tune.loop.check_variant). Raises InvalidParameter naming the option and what is
+    allowed."""
     precisions = workload.precisions
     if precision is not None:
         if precision not in precisions:
@@ -58,7 +64,10 @@ def plan(workload: Workload, precision: str | None, family: str | None, arch: Ar
                                    f"{', '.join(precisions)}")
         precisions = (precision,)
     if family is None:
-        return [(p, default_family(p, arch)) for p in precisions]
+        pairs = [(p, default_family(p, arch, variant)) for p in precisions]
+        for p, f in pairs:
+            check_variant(load_space(f), p, arch, variant)
+        return pairs
     if not FAMILIES[family].runs_on(arch.cc):
         raise InvalidParameter(f"--family {family} does not run on {arch.name}")
     taken = load_space(family).precisions
@@ -67,6 +76,8 @@ def plan(workload: Workload, precision: str | None, family: str | None, arch: Ar
             raise InvalidParameter(f"--family {family} does not take {p}, one of the workload's precisions (its "
                                    f"search space takes {', '.join(taken)}); leave --family out to tune each "
                                    "precision with its default family, or pick one with --precision")
+    for p in precisions:
+        check_variant(load_space(family), p, arch, variant)
     return [(p, family) for p in precisions]
 
 
@@ -136,17 +147,17 @@ class _Studies:
 
 
 def seeds(studies: _Studies, space: SearchSpace, precision: str, arch: Arch, shape: Shape,
-          others: list[Shape]) -> list[tuple[dict, dict]]:
+          others: list[Shape], variant: Variant = Variant()) -> list[tuple[dict, dict]]:
     """(params, {"seeded_from": "<kernel> at <shape>"}) for the winners at the nearest of ``others``
     (nearest first; the first SEEDS distinct kernels in ``space``) that ``shape``'s study does not
-    have yet."""
-    name = study_name(space.family, precision, arch.name, [shape])
+    have yet; studies of ``variant``, whose winners compute it."""
+    name = study_name(space.family, precision, arch.name, [shape], variant)
     have = [t.system_attrs.get("fixed_params", t.params) for t in studies.trials(name)]
     kernels, out = set(), []
     for other in sorted((o for o in others if o != shape), key=lambda o: shape_distance(shape, o)):
         if len(kernels) == SEEDS:
             break
-        win = studies.winner(study_name(space.family, precision, arch.name, [other]))
+        win = studies.winner(study_name(space.family, precision, arch.name, [other], variant))
         if win is None or win.params is None or win.kernel in kernels or not (
                 win.params.keys() == space.params.keys() and all(v in space.params[k] for k, v in win.params.items())):
             continue  # none, already counted, or not in the space (the space's file changed since)
@@ -160,7 +171,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
                   make_progress: Callable[[int], object], log: Callable[[str], None]) -> tuple[list[ShapeResult], bool]:
     """Tunes each (precision, family) of ``pairs`` at every shape of ``workload`` in tuning_order:
     ``base`` with the family, precision, shape, the trials the shape's study lacks (base.trials in
-    all) and the seeds. ``make_progress(total)`` makes a shape's progress display (closed after it);
+    all) and the seeds; every shape of base.variant. ``make_progress(total)`` makes a shape's progress display (closed after it);
     ``log`` takes notes. Returns (one result per precision and shape, whether it was interrupted:
     then the shapes after the interrupted one are "not reached"). Raises what tune raises."""
     arch = parse_arch(arch.cc)  # study names carry the GPU's architecture, without a target suffix
@@ -172,8 +183,8 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
         space = load_space(family)
         for entry in order:
             shape = entry.shape
-            name = study_name(family, precision, arch.name, [shape])
-            where = f"[{len(results) + 1}/{total}] {family} {precision} {shape}" + \
+            name = study_name(family, precision, arch.name, [shape], base.variant)
+            where = f"[{len(results) + 1}/{total}] {family} {precision}{base.variant.suffix} {shape}" + \
                 (f" ({entry.label})" if entry.label else "")
             done = studies.finished(name)
             if interrupted:
@@ -182,7 +193,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
                 note = "skipped"
                 log(f"{where}: skipped: study {name} has {done} finished trials (--trials {base.trials})")
             else:
-                first = seeds(studies, space, precision, arch, shape, workload.shapes)
+                first = seeds(studies, space, precision, arch, shape, workload.shapes, base.variant)
                 log(f"{where}: {base.trials - done} trials" + (f" (study {name} has {done})" if done else "") +
                     (f"; first {len(first)} winners at other shapes: " +
                      ", ".join(a["seeded_from"] for _, a in first) if first else ""))
