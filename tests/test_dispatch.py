@@ -13,10 +13,10 @@ from gemmgen.build import build_library
 from gemmgen.cli import main
 from gemmgen.db import ResultsDB
 from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import plan_dispatch
+from gemmgen.dispatch.select import DispatchPlan, plan_dispatch
 from gemmgen.errors import GemmgenError
 from gemmgen.points import resolve_point
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.runtime import Launcher
 
 SM90 = parse_arch("sm_90")
@@ -148,3 +148,78 @@ def test_emit_dispatch_errors_are_one_line_and_exit_2(capsys, argv, message):
     assert main(["emit", *argv, "--gpu", "sm_90"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err
+
+
+# ---- a dispatcher of one problem variant ----
+
+NT_GELU = Variant("nt", "bf16", "col", "gelu")
+V_BIG, V_THIN = "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu"
+# the same ABI as a single kernel of the variant: C of its type, then const CT* bias (nvcc checks it)
+ABI = """
+static cudaError_t (*const gg_abi_launch)(int, int, int, float, const __nv_bfloat16*, const __nv_bfloat16*, float,
+                                          __nv_bfloat16*, const __nv_bfloat16*, cudaStream_t) = gemmgen_gemm;
+static cudaError_t (*const gg_abi_plan)(void**, int, int, int, float, const __nv_bfloat16*, const __nv_bfloat16*,
+                                        float, __nv_bfloat16*, const __nv_bfloat16*, cudaStream_t) = gemmgen_gemm_plan;
+static const char* (*const gg_abi_describe)(int, int, int, const __nv_bfloat16*, const __nv_bfloat16*, float,
+                                            const __nv_bfloat16*, int, gemmgen_launch_info*) = gemmgen_gemm_describe;
+extern "C" void* gg_abi_keep[] = {(void*)gg_abi_launch, (void*)gg_abi_plan, (void*)gg_abi_describe};
+"""
+
+
+def _stored_variant(tmp_path):
+    """bf16 kernels of the default variant and of nt/bf16/col/gelu, each next to its variant's
+    cuBLAS; the default variant's score higher everywhere."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = ResultsDB(url)
+    for shape, kernel, ratio in ((CUBE, V_BIG, 1.02), (SKINNY, V_THIN, 1.04), (CUBE, V_THIN, 0.7)):
+        store(db, "cublas_bf16", "cublas", "bf16", shape, 100.0)
+        store(db, "hopper_128x256_c2_s4_g8_ov_bf16", "hopper", "bf16", shape, 130.0)
+        store(db, "cublas_bf16_nt_obf16_bcol_gelu", "cublas", "bf16", shape, 80.0)
+        store(db, kernel, "hopper", "bf16", shape, 80.0 * ratio)
+        time.sleep(0.002)
+    return db, url
+
+
+def test_a_variants_dispatcher_holds_only_kernels_of_it(tmp_path):
+    db, _ = _stored_variant(tmp_path)
+    plan = plan_dispatch(db, "bf16", SM90, [CUBE, SKINNY], variant=NT_GELU)
+    assert [c.name for c in plan.kernels] == [V_THIN, V_BIG] and plan.variant == NT_GELU  # the higher score first
+    assert [(s.shape, plan.kernels[s.kernel].name, s.score) for s in plan.served] == [
+        (CUBE, V_BIG, pytest.approx(1.02)), (SKINNY, V_THIN, pytest.approx(1.04))]
+    assert [c.name for c in plan_dispatch(db, "bf16", SM90, [CUBE, SKINNY]).kernels] == \
+        ["hopper_128x256_c2_s4_g8_ov_bf16"]  # the default variant's
+    with pytest.raises(GemmgenError, match=r"no verified bf16 \(nt bf16 none none\) kernel stored for sm_90"):
+        plan_dispatch(db, "bf16", SM90, [CUBE], variant=Variant("nt", "bf16"))
+    source = render_dispatcher(plan, ["--dispatch"])
+    assert "// dispatcher : C = gelu(alpha * A @ B + beta * C + bias) for any M, N, K" in source
+    assert "bf16 A and B (__nv_bfloat16), bf16 C (__nv_bfloat16), row-major; B stored N x K" in source
+    assert "(variant nt bf16 col gelu; bias: N values, bias[j] added to column j)" in source
+    with pytest.raises(GemmgenError, match="--harness checks the default variant only so far"):
+        render_dispatcher(plan, ["--dispatch"], harness=True)
+    mixed = DispatchPlan("bf16", SM90, (*plan.kernels, resolve_point("hopper_bf16", "sm_90")), plan.served, (), (),
+                         NT_GELU)
+    with pytest.raises(ValueError, match="cannot hold hopper_128x256_c2_s4_g8_ov_bf16: its kernels compute one"):  # noqa
+        render_dispatcher(mixed, ["--dispatch"])
+
+
+@pytest.mark.nvcc
+def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_path, build_cache):
+    """nvcc builds it with a caller of the variant's signatures (a mismatch fails to compile); the
+    library says its variant and precision, and picks by shape."""
+    db, url = _stored_variant(tmp_path)
+    plan = plan_dispatch(db, "bf16", SM90, [CUBE, SKINNY], variant=NT_GELU)
+    build = build_library(render_dispatcher(plan, ["--dispatch"]) + ABI, plan.kernels[0].build_arch)
+    assert build.ok, build.log
+    launcher = Launcher(build.library)
+    assert (launcher.precision, launcher.variant) == ("bf16", NT_GELU)
+    assert launcher.choice(16, 4096, 4096) == V_THIN and launcher.choice(4096, 4096, 4096) == V_BIG
+    assert tuple(launcher.describe(16, 4096, 4096, resident=132).grid) == \
+        tuple(launcher_of(resolve_point(V_THIN, "sm_90")).describe(16, 4096, 4096, resident=132).grid)
+    # a dispatcher of the default variant has the signatures it always had, and says so
+    default = plan_dispatch(db, "bf16", SM90, [CUBE])
+    build = build_library(render_dispatcher(default, ["--dispatch"]) + ABI.replace(
+        "__nv_bfloat16*, const __nv_bfloat16*, cudaStream_t", "float*, cudaStream_t").replace(
+        "const __nv_bfloat16*, int, gemmgen_launch_info", "const float*, int, gemmgen_launch_info"),
+        default.kernels[0].build_arch)
+    assert build.ok, build.log
+    assert Launcher(build.library).variant == Variant()

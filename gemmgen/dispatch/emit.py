@@ -13,6 +13,8 @@ import shlex
 from gemmgen import __version__
 from gemmgen.dispatch.select import DispatchPlan
 from gemmgen.dtypes import PRECISIONS
+from gemmgen.errors import InvalidParameter
+from gemmgen.problem import Variant
 from gemmgen.render import environment, render_kernel
 
 
@@ -27,10 +29,26 @@ def _pct(score: float | None) -> str:
     return f"{100 * score:.1f}%" if score is not None else "-"
 
 
+def computes(variant: Variant) -> str:
+    """What a launcher of ``variant`` computes, as its header and comments say it."""
+    inner = "alpha * A @ B + beta * C" + (" + bias" if variant.bias != "none" else "")
+    return f"{variant.act}({inner})" if variant.act != "none" else inner
+
+
 def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = False) -> str:
     """Standalone CUDA source of the dispatcher for ``plan``; ``emit_args`` are the `gemmgen
     emit` arguments that reproduce it (written in its header). With ``harness``, a main() that
-    checks and times the dispatcher at a shape."""
+    checks and times the dispatcher at a shape (the default variant's only, as `emit --harness`).
+
+    Every kernel computes ``plan.variant``; the launcher has a single kernel's signature for it:
+    C of its type and, where it adds a bias, ``const CT* bias`` right after C."""
+    variant = plan.variant
+    other = [c.name for c in plan.kernels if c.variant != variant]
+    if other:
+        raise ValueError(f"a dispatcher of {variant.text} cannot hold {', '.join(other)}: its kernels compute one variant")
+    if harness and variant != Variant():
+        raise InvalidParameter(f"--harness checks the default variant only so far (nn fp32 none none); this dispatcher "
+                               f"computes {variant.text} (bench checks such kernels on the GPU)")
     includes, parts = [], []
     # the part names come from the kernels, so two dispatchers linked into one program do not clash
     # unless they hold the same kernels
@@ -43,6 +61,8 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     # one build for all: the arch-specific target (sm_90a) where any kernel needs it
     build = next((c.build_arch for c in plan.kernels if c.build_arch != c.arch), first.build_arch)
     dt = PRECISIONS[plan.precision]
+    ct = PRECISIONS[variant.out].c_type
+    bias = variant.bias != "none"
     return environment().get_template("dispatch.cu.j2").render(
         version=__version__,
         emit_args=shlex.join(emit_args),
@@ -54,6 +74,14 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
         devices=", ".join(plan.devices) or "no device",
         precision=plan.precision,
         T=first.element_type,
+        CT=ct,
+        v=variant,
+        computes=computes(variant),
+        bias_doc={"row": "M values, bias[i] added to row i", "col": "N values, bias[j] added to column j"}.get(
+            variant.bias, ""),
+        bias_type="const gg_dout*, " if bias else "",
+        bias_param="const gg_dout* bias, " if bias else "",
+        bias_arg="bias, " if bias else "",
         arch=build.name,
         arch_flags=" ".join(build.nvcc_flags),
         includes=includes,

@@ -14,7 +14,7 @@ from gemmgen.best import Ranked, ranked
 from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.points import point_spec
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 
 SHARE_WITHIN = 0.02  # a shape takes a kernel another shape uses if it is within 2% of its own best
 
@@ -39,11 +39,13 @@ class DispatchPlan:
     served: tuple[Served, ...]
     missing: tuple[Shape, ...]  # shapes asked for with nothing verified stored
     devices: tuple[str, ...]  # the devices the served kernels' scores were measured on
+    variant: Variant = Variant()  # what every kernel computes (layouts, C's type, bias, activation)
 
 
-def _candidates(db, precision: str, shape: Shape, arch: Arch, family: str | None) -> list[tuple[Ranked, KernelConfig]]:
+def _candidates(db, precision: str, shape: Shape, arch: Arch, family: str | None,
+                variant: Variant) -> list[tuple[Ranked, KernelConfig]]:
     found = []
-    for r in ranked(db, precision, shape, arch, family):
+    for r in ranked(db, precision, shape, arch, family, variant):
         family_name, prec, params = point_spec(r.kernel)
         try:
             found.append((r, make_config(family_name, params, prec, arch)))
@@ -65,13 +67,14 @@ def _accepts(candidates: list[tuple[Ranked, KernelConfig]], share_within: float)
 
 
 def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family: str | None = None,
-                  share_within: float = SHARE_WITHIN) -> DispatchPlan:
-    """The kernels and the table of a dispatcher for ``shapes`` (duplicates ignored). Raises
-    GemmgenError where none of the shapes has a verified kernel stored for ``arch``."""
+                  share_within: float = SHARE_WITHIN, variant: Variant = Variant()) -> DispatchPlan:
+    """The kernels and the table of a dispatcher for ``shapes`` (duplicates ignored), all of
+    them computing ``variant`` (gemmgen.best ranks kernels of one variant). Raises GemmgenError
+    where none of the shapes has a verified kernel of it stored for ``arch``."""
     shapes = list(dict.fromkeys(shapes))
     accepts, configs, tops, missing = {}, {}, {}, []
     for shape in shapes:
-        candidates = _candidates(db, precision, shape, arch, family)
+        candidates = _candidates(db, precision, shape, arch, family, variant)
         if not candidates:
             missing.append(shape)
             continue
@@ -80,6 +83,8 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
         configs.update((r.kernel, c) for r, c in candidates if r.kernel in accepts[shape])
     if not accepts:
         what = f"{family} {precision}" if family else precision
+        if variant != Variant():
+            what += f" ({variant.text})"
         raise GemmgenError(f"no verified {what} kernel stored for {arch.name} at any of the {len(shapes)} shape(s) "
                            f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''}); "
                            "tune them first (gemmgen tune --workload FILE) or point --db at the results")
@@ -102,4 +107,4 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
         served.append(Served(shape, index[mine.kernel], mine.score, top.kernel, top.score))
         devices.update(mine.devices)
     return DispatchPlan(precision, arch, tuple(configs[k] for k in chosen), tuple(served), tuple(missing),
-                        tuple(sorted(devices)))
+                        tuple(sorted(devices)), variant)
