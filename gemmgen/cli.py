@@ -14,7 +14,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import LAYOUTS, OUTPUTS, Variant, split_variant
+from gemmgen.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, split_variant
 from gemmgen.render import render_kernel
 
 
@@ -35,9 +35,37 @@ def _target(text: str | None, quiet: bool = False) -> Arch:
     return found
 
 
+def variant_options(args: argparse.Namespace) -> dict[str, str]:
+    """The variant options given (--trans, --out, --bias, --act; see add_variant_arguments), by key."""
+    return {key: getattr(args, key) for key in VARIANT_KEYS if getattr(args, key, None)}
+
+
+def asked_variant(args: argparse.Namespace, sets: dict | None = None) -> Variant:
+    """The variant the command line asks for: the variant options, and the variant keys of
+    ``sets`` (--set's assignments, where the command has --set), the rest the default. Raises
+    InvalidParameter where --set and an option give one key different values."""
+    sets = dict(sets or {})
+    given = variant_options(args)
+    from_set = split_variant(sets)[1]
+    for key, value in given.items():
+        named = next((k for k in sets if str(k).strip().lower() == key), None)
+        if named is not None and getattr(from_set, key) != value:
+            raise InvalidParameter(f"--set gives {named}={sets[named]} and --{key} gives {value}; give {key} once")
+    return Variant(**{**{k: getattr(from_set, k) for k in VARIANT_KEYS}, **given})
+
+
+def _variant_words(variant: Variant) -> str:
+    """The options that ask for ``variant`` (" --trans nt --out bf16"), empty for the default."""
+    return "".join(f" --{key} {value}" for key, value in variant.items)
+
+
 def select_config(args: argparse.Namespace) -> KernelConfig:
-    """The point named on the command line: POINT and/or --family, --precision, --set, --gpu."""
-    overrides = parse_assignments(args.set) if args.set else {}
+    """The point named on the command line: POINT and/or --family, --precision, --set, the variant
+    options, --gpu."""
+    sets = parse_assignments(args.set) if args.set else {}
+    variant = asked_variant(args, sets)
+    given = {str(k).strip().lower() for k in sets} | set(variant_options(args))
+    overrides = {**split_variant(sets)[0], **{k: getattr(variant, k) for k in VARIANT_KEYS if k in given}}
     if args.point and args.point.strip().lower() == "best":
         return _best_config(args, overrides)
     if args.point and args.family:
@@ -58,8 +86,10 @@ def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
     if missing:
         raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
                                "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
-    found, arch, shape = _stored_best(args)
-    print(f"gemmgen: best {args.precision} kernel at {shape} for {arch.name}: {_describe_ranked(found)}", file=sys.stderr)
+    variant = asked_variant(args, overrides)
+    found, arch, shape = _stored_best(args, variant)
+    print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape} for {arch.name}: "
+          f"{_describe_ranked(found)}", file=sys.stderr)
     family, precision, params = point_spec(found.kernel)
     return make_config(family, {**params, **overrides}, precision, arch)
 
@@ -69,10 +99,10 @@ def _describe_ranked(found) -> str:
     return f"{found.kernel}, {score}, {found.tflops:.2f} TFLOP/s at best, on {', '.join(found.devices)}"
 
 
-def _stored_best(args: argparse.Namespace):
-    """(the best verified stored kernel for --precision, --shape [, --family] on the --gpu
-    architecture (default: the GPU present, else sm_90) by gemmgen.best's policy, the Arch, the
-    Shape). Raises GemmgenError naming what was looked for where nothing is stored."""
+def _stored_best(args: argparse.Namespace, variant: Variant):
+    """(the best verified stored kernel of ``variant`` for --precision, --shape [, --family] on
+    the --gpu architecture (default: the GPU present, else sm_90) by gemmgen.best's policy, the
+    Arch, the Shape). Raises GemmgenError naming what was looked for where nothing is stored."""
     from gemmgen.best import best
     from gemmgen.db import ResultsDB, resolve_url
     from gemmgen.problem import parse_shape
@@ -80,9 +110,11 @@ def _stored_best(args: argparse.Namespace):
     shape = parse_shape(args.shape)
     arch = _target(args.gpu, quiet=True)
     url = resolve_url(args.db)
-    found = best(ResultsDB(url, create=False), args.precision, shape, arch, family=args.family)
+    found = best(ResultsDB(url, create=False), args.precision, shape, arch, family=args.family, variant=variant)
     if found is None:
         what = f"{args.family} {args.precision}" if args.family else args.precision
+        if variant != Variant():
+            what += f" ({variant.text})"
         raise GemmgenError(f"no verified {what} kernel at {shape} for {arch.name} in {url}; "
                            "run `gemmgen tune` or `gemmgen bench` first")
     return found, arch, shape
@@ -100,6 +132,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise InvalidParameter("--trials must be at least 1")
+    variant = asked_variant(args)
     if args.workload:
         from gemmgen.tune.workload import format_report, plan, tune_workload
         from gemmgen.workload import load_workload
@@ -113,13 +146,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         arch = parse_arch(args.gpu) if args.gpu else detect_arch()
         if arch is None:
             raise GemmgenError("no GPU detected; tuning measures on the GPU it tunes for")
-        pairs = plan(workload, args.precision, args.family, arch)
+        pairs = plan(workload, args.precision, args.family, arch, variant)
         devices = parse_devices(args.devices, device_count())
         url = resolve_url(args.db)
         base = TuneSpec("", "", (), url, None, args.sampler, args.seed, args.trials, args.timeout,
-                        args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu or arch.name)
+                        args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu or arch.name, variant=variant)
         print(f"gemmgen tune: workload {workload.name}, {len(workload.entries)} shapes in "
-              f"{', '.join(f'{p} ({f})' for p, f in pairs)}, {args.trials} trials per shape, on "
+              f"{', '.join(f'{p}{variant.suffix} ({f})' for p, f in pairs)}, {args.trials} trials per shape, on "
               f"{', '.join(f'GPU{d}' for d in devices)}; results and studies in {url}", file=sys.stderr)
         names = [f"GPU{d}" for d in devices] if len(devices) > 1 else [""]
         results, interrupted = tune_workload(workload, pairs, arch, base, devices,
@@ -132,28 +165,32 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.family:
         raise InvalidParameter("--family is required with --shape (e.g. gemmgen tune --family warp --shape 4096); "
                                "only --workload picks one per precision")
+    from gemmgen.tune.loop import check_variant
+
     space = load_space(args.family)
     precision = space.precision(args.precision)
     shapes = tuple(parse_shape(s) for s in (args.shape or ["4096"]))
-    if args.gpu:
-        parse_arch(args.gpu)
+    # before any GPU is opened: on --gpu's target, else the GPU present's (the tuner checks on it again)
+    check_variant(space, precision, parse_arch(args.gpu) if args.gpu else (detect_arch() or parse_arch(DEFAULT_ARCH)),
+                  variant)
     devices = parse_devices(args.devices, device_count())
     url = resolve_url(args.db)
     spec = TuneSpec(space.family, precision, shapes, url, args.study, args.sampler, args.seed, args.trials,
-                    args.timeout, args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu)
-    print(f"gemmgen tune: {space.family} {precision} at {', '.join(str(s) for s in shapes)} on "
+                    args.timeout, args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu, variant=variant)
+    print(f"gemmgen tune: {space.family} {precision}{variant.suffix} at {', '.join(str(s) for s in shapes)} on "
           f"{', '.join(f'GPU{d}' for d in devices)}; results and study in {url}", file=sys.stderr)
     progress = Progress(args.trials, [f"GPU{d}" for d in devices] if len(devices) > 1 else [""])
     try:
         report = tune(spec, devices, progress)
     finally:
         progress.close()
-    print_tune_report(report, space.family, precision, list(shapes), spec.jobs, args.gpu)
+    print_tune_report(report, space.family, precision, list(shapes), spec.jobs, args.gpu, variant)
     return 130 if report.interrupted else 0
 
 
-def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str | None) -> None:
-    shape_args = " ".join(f"--shape {s}" for s in shapes)
+def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str | None,
+                      variant: Variant = Variant()) -> None:
+    shape_args = " ".join(f"--shape {s}" for s in shapes) + _variant_words(variant)
     print(f"study {report.study}: {report.trials} trials in {report.seconds / 60:.1f} min "
           f"({report.trials_per_minute:.1f} trials/min, {jobs} compile workers); "
           f"{report.infeasible} points that break a constraint drawn and dropped")
@@ -235,7 +272,12 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     from gemmgen.workload import load_workload
 
     if args.point or args.set:
-        raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set")
+        raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set "
+                               "(--trans, --out, --bias and --act choose the variant)")
+    variant = asked_variant(args)
+    if args.harness and variant != Variant():
+        raise InvalidParameter(f"--harness checks the default variant only so far; a dispatcher of {variant.text} "
+                               "has none (bench checks its kernels on the GPU)")
     if bool(args.workload) == bool(args.shape):
         raise InvalidParameter("--dispatch needs the shapes to serve: --workload FILE or --shape MxNxK (repeatable), "
                                "not both")
@@ -253,9 +295,9 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
             raise InvalidParameter("--dispatch needs --precision (fp32, tf32, fp16 or bf16)")
     arch = _target(args.gpu)
     url = resolve_url(args.db)
-    plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family)
+    plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant)
     for shape in plan.missing:
-        print(f"gemmgen: nothing verified stored at {shape} for {precision} on {arch.name}: "
+        print(f"gemmgen: nothing verified stored at {shape} for {precision}{variant.suffix} on {arch.name}: "
               "served by the nearest tuned shape's kernel", file=sys.stderr)
     served = ", ".join(f"{s.shape} -> {plan.kernels[s.kernel].name}" for s in plan.served)
     print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} shape(s): {served}",
@@ -267,6 +309,7 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
                      "--gpu", arch.name]
     if args.family:
         emit_args += ["--family", args.family]
+    emit_args += _variant_words(variant).split()
     if args.harness:
         emit_args.append("--harness")
     return render_dispatcher(plan, emit_args, harness=args.harness)
@@ -304,9 +347,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
-    given = {key: value for key, value in (("trans", args.trans), ("out", args.out)) if value}
+    given = variant_options(args)
     if given and args.suite:
-        raise InvalidParameter("--trans and --out apply to named points; the suite measures trans=nn into fp32 C")
+        raise InvalidParameter("--trans, --out, --bias and --act apply to named points; the suite measures the "
+                               "default variant (trans=nn into fp32 C, no bias, no activation)")
     specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
     wanted = split_variant(given)[1]  # cuBLAS's variant where no point is named (`gemmgen bench cublas --trans nt`)
     url = resolve_url(args.db)
@@ -382,14 +426,15 @@ def cmd_results(args: argparse.Namespace) -> int:
     arch = parse_arch(args.gpu).name if args.gpu else None
     db = ResultsDB(resolve_url(args.db), create=False)
     rows = db.results(family=args.family, precision=args.precision, arch=arch, device=args.device,
-                      shape=(shape.m, shape.n, shape.k) if shape else None, status=args.status, sort=args.sort,
-                      descending=not args.ascending, limit=args.limit)
+                      shape=(shape.m, shape.n, shape.k) if shape else None, status=args.status,
+                      variant=variant_options(args) or None, sort=args.sort, descending=not args.ascending,
+                      limit=args.limit)
     print(format_rows([r.as_dict() for r in rows], RESULT_COLUMNS, args.format))
     return 0
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    found, arch, _ = _stored_best(args)
+    found, arch, _ = _stored_best(args, asked_variant(args))
     print(_describe_ranked(found))
     _, _, params = point_spec(found.kernel)
     print("  " + ", ".join(f"{k}={v}" for k, v in params.items()))
@@ -402,6 +447,23 @@ def _add_db_argument(parser: argparse.ArgumentParser) -> None:
                         "(default: $GEMMGEN_DB, else results/gemmgen.db)")
 
 
+def add_variant_arguments(parser: argparse.ArgumentParser, *, filters: bool = False) -> None:
+    """--trans, --out, --bias and --act, the problem variant (gemmgen.problem.Variant), for every
+    command that takes one; an option not given is the default variant's value. With ``filters``
+    (results) each only narrows the rows shown, and one not given is any value."""
+    default = (lambda value: "any") if filters else (lambda value: value)
+    parser.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B: nn (A M x K, B K x N, row-major), nt "
+                        "(B stored N x K, as torch's linear weight), tn, tt (A stored K x M) "
+                        f"(default {default('nn')})")
+    parser.add_argument("--out", choices=OUTPUTS, help="the type C is stored in; accumulation is fp32 "
+                        f"(default {default('fp32')})")
+    parser.add_argument("--bias", choices=BIASES, help="a vector of C's type added before the activation: row (M "
+                        "values, one per row of C), col (N values, one per column: nn.Linear's bias) "
+                        f"(default {default('none')})")
+    parser.add_argument("--act", choices=ACTIVATIONS, help="applied last: relu, gelu (tanh approximation), silu "
+                        f"(default {default('none')})")
+
+
 def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("point", nargs="?", help="a named point (v1..v6, blog_*) or a canonical kernel name")
     parser.add_argument("--family", choices=list(FAMILIES), help="start from this family's default point")
@@ -409,6 +471,7 @@ def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", metavar="NAME=VALUE,...", help="parameter values, e.g. BM=128,BN=64,BK=16")
     parser.add_argument("--gpu", metavar="ARCH", help="target architecture, e.g. sm_89 (default: the GPU present, "
                         f"else {DEFAULT_ARCH})")
+    add_variant_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -446,9 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --suite: only these precisions (repeatable)")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
-    p.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B for every point named (and cuBLAS): nn (A "
-                   "M x K, B K x N, row-major; default), nt (B stored N x K, as torch's linear weight), ...")
-    p.add_argument("--out", choices=OUTPUTS, help="the type C is stored in (default fp32; accumulation is fp32)")
+    add_variant_arguments(p)  # for every point named, and cuBLAS
     p.add_argument("--seed", type=int, help="seed of the random inputs")
     p.add_argument("--device", type=int, default=0, metavar="N", help="the GPU to measure on (default 0)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -472,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "its study should have in all (a shape that has them is skipped, so a re-run goes on)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long "
                    "(with --workload: per shape)")
-    p.add_argument("--study", help="study name (default: family-precision-arch-shapes)")
+    add_variant_arguments(p)
+    p.add_argument("--study", help="study name (default: family-precision<variant>-arch-shapes, the variant's "
+                   "suffix as in kernel names: hopper-bf16_nt_obf16-sm_90-4096x4096x4096)")
     p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")
     p.add_argument("--seed", type=int)
     p.add_argument("--jobs", type=int, help="compile worker processes in all, shared among the devices (default: "
@@ -489,6 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="part of the device name, e.g. H100")
     p.add_argument("--shape", metavar="MxNxK")
     p.add_argument("--status", choices=["ok", "wrong_result", "compile_error", "launch_error", "infeasible"])
+    add_variant_arguments(p, filters=True)
     p.add_argument("--sort", default="tflops", help="column to sort by (default tflops)")
     p.add_argument("--ascending", action="store_true")
     p.add_argument("--limit", type=int)
@@ -503,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", required=True, metavar="MxNxK")
     p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
                    "else sm_90)")
+    add_variant_arguments(p)
     _add_db_argument(p)
     p.set_defaults(func=cmd_best)
     add_plot_parser(sub, _add_db_argument)

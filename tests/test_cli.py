@@ -53,6 +53,16 @@ def test_emit_harness(capsys):
     (["emit", "v4", "--gpu", "sm_89a"], ["architecture-specific ('a') targets exist from sm_90a on; use sm_89"]),
     (["bench", "v4", "--shape", "2147483648x16x16"], ["must be <= 2147483647 (2^31 - 1)", "32-bit"]),
     (["best", "--family", "warp", "--precision", "fp32", "--shape", "4096x4096x2147483648"], ["2^31 - 1"]),
+    (["emit", "v4", "--bias", "col", "--gpu", "sm_90"], ["invalid point warp_128x128x8_w64x32_t8x8_b2_fp32_bcol",
+                                                         "family warp adds no bias"]),
+    (["emit", "hopper_bf16", "--out", "bf16", "--act", "relu", "--gpu", "sm_90"],
+     ["2 constraint(s) violated", "overlap=1 holds fp32 boxes of C; out=bf16 stores without it: use overlap=0"]),
+    (["emit", "hopper_bf16", "--set", "trans=nt", "--trans", "tn", "--gpu", "sm_90"],
+     ["--set gives trans=nt and --trans gives tn; give trans once"]),
+    (["emit", "hopper_bf16", "--set", "Out=fp16", "--out", "bf16", "--gpu", "sm_90"],
+     ["--set gives Out=fp16 and --out gives bf16; give out once"]),
+    (["bench", "--suite", "--bias", "row"], ["--trans, --out, --bias and --act apply to named points; the suite "
+                                             "measures the default variant"]),
 ])
 def test_user_errors_exit_2_with_one_message(capsys, argv, words):
     assert main(argv) == 2
@@ -278,3 +288,80 @@ def test_the_docs_name_each_named_point_by_its_canonical_name():
     assert set(table) == set(NAMED_POINTS)
     for point, name in table.items():
         assert name == resolve_point(point).name, point
+
+
+NT_GELU_OPTIONS = ["--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "gelu"]
+
+
+def test_emit_a_variant_by_options_or_by_set(capsys):
+    """`--trans nt --out bf16 --bias col --act gelu` and `--set trans=nt,...` name one kernel; the
+    regenerate line (which says it with --set) reproduces it."""
+    from gemmgen.config import make_config
+    from gemmgen.points import point_spec
+
+    assert main(["emit", "hopper_bf16", "--set", "overlap=0", *NT_GELU_OPTIONS, "--gpu", "sm_90"]) == 0
+    by_options = capsys.readouterr().out
+    assert main(["emit", "hopper_bf16", "--set", "overlap=0,trans=nt,out=bf16,bias=col,act=gelu", "--gpu",
+                 "sm_90"]) == 0
+    assert capsys.readouterr().out == by_options
+    assert main(["emit", "hopper_bf16", "--set", "overlap=0,trans=nt,out=bf16", "--bias", "col", "--act", "gelu",
+                 "--trans", "nt", "--gpu", "sm_90"]) == 0  # both, agreeing
+    assert capsys.readouterr().out == by_options
+    params = {**point_spec("hopper_bf16")[2], "overlap": 0, "trans": "nt", "out": "bf16", "bias": "col",
+              "act": "gelu"}
+    config = make_config("hopper", params, "bf16", "sm_90")
+    assert config.name == "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu"
+    assert by_options == render_kernel(config)
+    command = by_options.splitlines()[2].removeprefix("//").strip()
+    assert main(shlex.split(command)[1:]) == 0 and capsys.readouterr().out == by_options
+    # a canonical name says its variant; an option given with it changes it
+    assert main(["emit", config.name, "--gpu", "sm_90"]) == 0 and capsys.readouterr().out == by_options
+    assert main(["emit", config.name, "--act", "none", "--gpu", "sm_90"]) == 0
+    assert "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol(" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["emit", "build", "bench", "tune", "best", "results"])
+def test_every_command_that_takes_a_variant_takes_the_same_four_options(command):
+    """One function adds them (gemmgen.cli.add_variant_arguments): the same choices everywhere."""
+    from gemmgen.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS
+
+    parser = gemmgen.cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.dest in ("trans", "out", "bias", "act")}
+    assert choices == {"trans": LAYOUTS, "out": OUTPUTS, "bias": BIASES, "act": ACTIVATIONS}
+
+
+def test_a_value_outside_the_choices_exits_2_naming_them(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["emit", "hopper_bf16", "--act", "tanh"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --act: invalid choice: 'tanh'" in err and "relu" in err and "gelu" in err
+
+
+def test_results_and_best_narrow_to_a_variant(capsys, tmp_path):
+    from test_suite import store
+
+    from gemmgen.db import ResultsDB
+    from gemmgen.problem import Shape
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = ResultsDB(url)
+    shape = Shape(64, 64, 64)
+    plain, nt, gelu = ("hopper_64x128_c1_s5_bf16", "hopper_64x128_c1_s5_bf16_nt_obf16",
+                       "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu")
+    for name, tflops in ((plain, 30.0), (nt, 20.0), (gelu, 10.0)):
+        store(db, name, "hopper", "bf16", shape, tflops)
+    db.close()
+    columns = ["--format", "csv", "--db", url]
+    assert main(["results", *columns]) == 0
+    assert [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]] == [plain, nt, gelu]
+    assert main(["results", "--trans", "nt", *columns]) == 0
+    assert [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]] == [nt, gelu]
+    assert main(["results", "--act", "gelu", *columns]) == 0
+    assert [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]] == [gelu]
+    for options, winner in (([], plain), (["--trans", "nt", "--out", "bf16"], nt), (NT_GELU_OPTIONS, gelu)):
+        assert main(["best", "--precision", "bf16", "--shape", "64", "--gpu", "sm_90", *options, "--db", url]) == 0
+        assert capsys.readouterr().out.startswith(f"{winner}, ")
+    assert main(["best", "--precision", "bf16", "--shape", "64", "--gpu", "sm_90", "--act", "relu", "--db", url]) == 2
+    assert "no verified bf16 (nn fp32 none relu) kernel at 64x64x64 for sm_90" in capsys.readouterr().err

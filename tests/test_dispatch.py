@@ -2,6 +2,7 @@
 (gemmgen.dispatch.select), the file it writes, built as a library with nvcc, asked which kernel
 each shape gets (<launcher>_choice) and what a launch needs (_describe), and the CLI's errors."""
 
+import shlex
 import time
 
 import pytest
@@ -223,3 +224,25 @@ def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_p
         default.kernels[0].build_arch)
     assert build.ok, build.log
     assert Launcher(build.library).variant == Variant()
+
+
+def test_emit_dispatch_of_a_variant_from_the_cli(capsys, tmp_path):
+    _, url = _stored_variant(tmp_path)
+    argv = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "bf16", "--gpu",
+            "sm_90", "--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "gelu", "--db", url]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"gemmgen: dispatcher of 2 kernel(s) for 2 shape(s): 4096x4096x4096 -> {V_BIG}, 16x4096x4096 -> " \
+        f"{V_THIN}" in captured.err
+    line = next(ln for ln in captured.out.splitlines() if ln.startswith("//   gemmgen emit "))
+    assert line == "//   gemmgen emit --dispatch --shape 4096 --shape 16x4096x4096 --precision bf16 --gpu sm_90 " \
+                   "--trans nt --out bf16 --bias col --act gelu"
+    assert 'return "nt bf16 col gelu";' in captured.out
+    assert main(shlex.split(line.removeprefix("//").strip())[1:] + ["--db", url]) == 0
+    assert capsys.readouterr().out == captured.out  # the regenerate line reproduces the file
+    assert main([*argv[:-2], "--act", "relu", "--db", url]) == 2
+    assert "no verified bf16 (nt bf16 col relu) kernel stored for sm_90" in capsys.readouterr().err
+    assert main([*argv, "--harness"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gemmgen: error: --harness checks the default variant only so far; a dispatcher of nt bf16 col " \
+        "gelu has none (bench checks its kernels on the GPU)\n"

@@ -8,9 +8,11 @@ from concurrent.futures import ProcessPoolExecutor
 import optuna
 import pytest
 from fakes import SHAPES, SM90, FakeBench, fake_compile, fake_tflops
+from test_workload import TINY, fake_gpu  # noqa: F401 (fake_gpu is a fixture)
 
 from gemmgen import tune
 from gemmgen.build import build_kernel
+from gemmgen.cli import main
 from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
@@ -269,3 +271,58 @@ def test_a_variant_the_space_cannot_compute_is_refused_before_any_trial(url, fam
         tune.Tuner(FakeBench(ResultsDB(url)), load_space(family), precision, SM90, SHAPES, storage=url,
                    variant=variant, log=lambda line: None)
     assert optuna.get_all_study_summaries(url) == []
+
+
+def test_gemmgen_tune_with_variant_options(tmp_path, capsys, fake_gpu):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    argv = ["tune", "--family", "hopper", "--precision", "bf16", "--shape", "256", "--trans", "nt", "--out", "bf16",
+            "--bias", "col", "--act", "gelu", "--gpu", "sm_90", "--trials", "3", "--sampler", "random", "--seed", "1",
+            "--jobs", "2", "--db", url]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    study = "hopper-bf16_nt_obf16_bcol_gelu-sm_90-256x256x256"
+    assert f"gemmgen tune: hopper bf16_nt_obf16_bcol_gelu at 256x256x256 on GPU0" in err
+    assert out.startswith(f"study {study}: 3 trials")
+    assert "emit: gemmgen emit best --family hopper --precision bf16 --shape 256x256x256 --trans nt --out bf16 " \
+           "--bias col --act gelu --gpu sm_90" in out
+    [bench] = fake_gpu.made
+    assert bench.baselines == [("bf16", Shape(256, 256, 256), NT_GELU)]
+    assert all(name.endswith("_nt_obf16_bcol_gelu") for name in bench.measured)
+    # emit best finds the variant's winner (FakeBench stores no cuBLAS rows: ranked by TFLOP/s)
+    winner = max(ResultsDB(url).results(variant=NT_GELU, status="ok"), key=lambda r: r.tflops).kernel
+    assert main(["best", "--precision", "bf16", "--shape", "256", "--gpu", "sm_90", "--trans", "nt", "--out", "bf16",
+                 "--bias", "col", "--act", "gelu", "--db", url]) == 0
+    assert capsys.readouterr().out.startswith(f"{winner}, no cuBLAS stored next to it")
+    assert main(["best", "--precision", "bf16", "--shape", "256", "--gpu", "sm_90", "--db", url]) == 2
+    assert "no verified bf16 kernel at 256x256x256" in capsys.readouterr().err  # the default variant: none stored
+    assert main(["emit", "best", "--precision", "bf16", "--shape", "256", "--gpu", "sm_90", "--trans", "nt", "--out",
+                 "bf16", "--bias", "col", "--act", "gelu", "--db", url]) == 0
+    captured = capsys.readouterr()
+    assert f"{winner}(" in captured.out
+    assert captured.err.startswith(f"gemmgen: best bf16_nt_obf16_bcol_gelu kernel at 256x256x256 for sm_90: {winner}")
+
+
+def test_gemmgen_tune_workload_with_variant_options(tmp_path, capsys, fake_gpu):
+    path, url = tmp_path / "w.toml", f"sqlite:///{tmp_path / 'tune.db'}"
+    path.write_text(TINY)
+    argv = ["tune", "--workload", str(path), "--gpu", "sm_90", "--trials", "2", "--sampler", "random", "--seed", "1",
+            "--jobs", "2", "--db", url, "--trans", "nt", "--out", "bf16"]
+    assert main(argv) == 0
+    _, err = capsys.readouterr()
+    assert "in bf16_nt_obf16 (hopper)" in err  # the default family of bf16 on sm_90 computes nt into bf16
+    names = {s.study_name for s in optuna.get_all_study_summaries(url)}
+    assert names == {f"hopper-bf16_nt_obf16-sm_90-{s}" for s in ("64x256x256", "128x256x256", "64x512x256")}
+    assert all(name.endswith("_bf16_nt_obf16") for bench in fake_gpu.made for name in bench.measured)
+    assert "[2/3] hopper bf16_nt_obf16 128x256x256 (a): 2 trials; first 1 winners at other shapes: " in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--family", "warp", "--bias", "col"], "family warp does not compute bias=col (only none)"),
+    (["--family", "hopper", "--precision", "tf32", "--trans", "nt"], "no point of the hopper search space computes "
+                                                                     "nt fp32 none none in tf32 on sm_90"),
+])
+def test_gemmgen_tune_refuses_a_variant_it_cannot_tune_in_one_message(tmp_path, capsys, extra, message):
+    assert main(["tune", "--shape", "64", "--gpu", "sm_90", "--db", str(tmp_path / "t.db"), *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"gemmgen: error: {message}") and err.count("gemmgen: error:") == 1
+    assert not (tmp_path / "t.db").exists()
