@@ -2,7 +2,9 @@
 float64 reference for large verification problems.
 
 gemmgen's matrices are row-major; cuBLAS is column-major. Row-major C = A @ B is column-major
-C^T = B^T @ A^T, so every call passes (N, M, K) with B first and leading dimensions N, K, N.
+C^T = B^T @ A^T, so every call passes (N, M, K) with B first and leading dimensions N, K, N; an
+operand stored transposed (the variant's trans: A stored K x M, B stored N x K) is passed as
+stored with op T and its own leading dimension (M for A, K for B).
 All calls run on the default stream of the CUDA context current on the calling thread.
 """
 
@@ -61,38 +63,41 @@ class Cublas:
              c: int, variant: Variant = Variant()) -> None:
         """Row-major C = alpha * A @ B + beta * C for device pointers a, b, c (ints), with the
         baseline of ``precision`` (gemmgen.dtypes: cublasSgemm for fp32, else cublasGemmEx).
-        ``variant``: B stored N x K (trans nt), and C of type ``out`` (fp32 accumulation); fp32
-        (cublasSgemm) takes the default variant only (CublasError otherwise)."""
+        ``variant``: A stored K x M and/or B stored N x K (trans tn, nt, tt), and C of type ``out``
+        (fp32 accumulation); fp32 (cublasSgemm) takes every layout into fp32 C (CublasError
+        otherwise)."""
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         pa, pb, pc = ctypes.c_void_p(a), ctypes.c_void_p(b), ctypes.c_void_p(c)
         dt = PRECISIONS[precision]
         if variant.out not in ("fp32", precision):
             raise CublasError(f"cuBLAS has no {precision} GEMM into {variant.out} C (cublasGemmEx stores C as fp32 or "
                               f"as the inputs' type): no baseline for out={variant.out} with {precision} inputs")
-        if variant.a_transposed:
-            raise CublasError(f"no cuBLAS baseline for trans={variant.trans} yet (A stored transposed)")
-        # Column-major C^T = B^T A^T: B^T is B as stored (nn), or B stored N x K read transposed (nt).
+        # Column-major C^T = B^T A^T: B^T is B as stored (nn), or B stored N x K read transposed (nt);
+        # A^T likewise A as stored, or A stored K x M read transposed (tn).
         op_b, ldb = (_OP_T, k) if variant.b_transposed else (_OP_N, n)
+        op_a, lda = (_OP_T, m) if variant.a_transposed else (_OP_N, k)
         if dt.cublas_compute is None:
-            if variant != Variant():
-                raise CublasError(f"the fp32 baseline (cublasSgemm) computes trans=nn into fp32 C only, not {variant}")
-            status = self._lib.cublasSgemm_v2(self._handle, _OP_N, _OP_N, n, m, k, ctypes.byref(al), pb, n, pa, k,
+            if variant != Variant(trans=variant.trans):
+                raise CublasError(f"the fp32 baseline (cublasSgemm) computes into fp32 C only, not {variant}")
+            status = self._lib.cublasSgemm_v2(self._handle, op_b, op_a, n, m, k, ctypes.byref(al), pb, ldb, pa, lda,
                                               ctypes.byref(be), pc, n)
             self._check(status, "cublasSgemm")
             return
         dtype, compute = dt.cuda_type, dt.cublas_compute
-        status = self._lib.cublasGemmEx(self._handle, op_b, _OP_N, n, m, k, ctypes.byref(al), pb, dtype, ldb, pa,
-                                         dtype, k, ctypes.byref(be), pc, PRECISIONS[variant.out].cuda_type, n, compute,
-                                         _GEMM_DEFAULT)
+        status = self._lib.cublasGemmEx(self._handle, op_b, op_a, n, m, k, ctypes.byref(al), pb, dtype, ldb, pa,
+                                         dtype, lda, ctypes.byref(be), pc, PRECISIONS[variant.out].cuda_type, n,
+                                         compute, _GEMM_DEFAULT)
         self._check(status, f"cublasGemmEx ({precision})")
 
-    def dgemm(self, m: int, n: int, k: int, a: int, b: int, c: int, b_transposed: bool = False) -> None:
+    def dgemm(self, m: int, n: int, k: int, a: int, b: int, c: int, b_transposed: bool = False,
+              a_transposed: bool = False) -> None:
         """Row-major float64 C = A @ B (the verification reference for large problems); B is
-        stored N x K where ``b_transposed``."""
+        stored N x K where ``b_transposed``, A stored K x M where ``a_transposed``."""
         one, zero = ctypes.c_double(1.0), ctypes.c_double(0.0)
         op_b, ldb = (_OP_T, k) if b_transposed else (_OP_N, n)
-        status = self._lib.cublasDgemm_v2(self._handle, op_b, _OP_N, n, m, k, ctypes.byref(one), ctypes.c_void_p(b),
-                                          ldb, ctypes.c_void_p(a), k, ctypes.byref(zero), ctypes.c_void_p(c), n)
+        op_a, lda = (_OP_T, m) if a_transposed else (_OP_N, k)
+        status = self._lib.cublasDgemm_v2(self._handle, op_b, op_a, n, m, k, ctypes.byref(one), ctypes.c_void_p(b),
+                                          ldb, ctypes.c_void_p(a), lda, ctypes.byref(zero), ctypes.c_void_p(c), n)
         self._check(status, "cublasDgemm")
 
     def close(self) -> None:

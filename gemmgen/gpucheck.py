@@ -50,9 +50,11 @@ class GpuChecker:
     def _grid(self, n: int) -> tuple[int, int, int]:
         return (max(1, min(-(-n // THREADS), self._blocks_max)), 1, 1)
 
-    def references(self, a, b, m: int, n: int, k: int, precision: str, b_transposed: bool = False) -> References:
-        """The float64 products of device operands a (M x K) and b (K x N; stored N x K where
-        ``b_transposed``), stored as ``precision``'s inputs (fp32 for tf32)."""
+    def references(self, a, b, m: int, n: int, k: int, precision: str, b_transposed: bool = False,
+                   a_transposed: bool = False) -> References:
+        """The float64 products of device operands a (M x K; stored K x M where ``a_transposed``)
+        and b (K x N; stored N x K where ``b_transposed``), stored as ``precision``'s inputs (fp32
+        for tf32)."""
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
         a64, b64 = drv.mem_alloc(m * k * 8), drv.mem_alloc(k * n * 8)
         prod, absprod = drv.mem_alloc(m * n * 8), drv.mem_alloc(m * n * 8)
@@ -61,7 +63,7 @@ class GpuChecker:
                 for src, dst, count in ((a, a64, m * k), (b, b64, k * n)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
                                                np.int64(count), np.int32(absolute))
-                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed)
+                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed, a_transposed)
             self.gpu.synchronize()
         except BaseException:
             prod.free()

@@ -81,7 +81,7 @@ class Measured:
 
 
 class Operands:
-    """Device buffers of one shape, precision and variant (B stored N x K for trans nt; C and C0
+    """Device buffers of one shape, precision and variant (A and B as stored: Variant.a_dims, b_dims; C and C0
     of type ``variant.out``), with the host copies of their contents and, once a check asks for
     them, the float64 references of the product on the GPU."""
 
@@ -179,7 +179,7 @@ class Bench:
         s = ops.shape
         if ops.references is None:
             ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,
-                                                     ops.variant.b_transposed)
+                                                     ops.variant.b_transposed, ops.variant.a_transposed)
         worst = None
         out = ops.variant.out
         for alpha, beta in verify.CHECKS:

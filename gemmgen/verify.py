@@ -52,6 +52,13 @@ def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
     return from_bf16_bits(x).astype(np.float64) if bits else x.astype(np.float64)
 
 
+def product_operands(a64: np.ndarray, b64: np.ndarray, variant) -> tuple[np.ndarray, np.ndarray]:
+    """A (M x K) and B (K x N) of the product, from A and B as ``variant`` (gemmgen.problem.Variant)
+    stores them (Variant.a_dims, b_dims): transposed views of an operand stored transposed. For
+    host_reference."""
+    return (a64.T if variant.a_transposed else a64), (b64.T if variant.b_transposed else b64)
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -131,7 +138,8 @@ def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k
 
 def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):
     """(ref, scale) in float64 on the host: ref = alpha * A @ B + beta * C0 and
-    scale = |alpha| * |A| @ |B| + |beta * C0|, from the float64 A and B; C0 is not read when beta == 0."""
+    scale = |alpha| * |A| @ |B| + |beta * C0|, from the float64 A (M x K) and B (K x N: for a variant,
+    product_operands of A and B as stored); C0 is not read when beta == 0."""
     ref = alpha * (a64 @ b64)
     scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
     if beta != 0.0:

@@ -1,0 +1,271 @@
+"""Operand layouts (trans nt, tn, tt) of the mma and warp families, and mma's 16-bit C, without a
+GPU: which families take which variants (and the one-line refusals of the rest), names that parse
+back, what the emitted source does for each layout (ldmatrix with or without .trans, tf32's
+8-byte pair loads, transposing stores, C's type), that every new variant compiles for sm_80 and
+sm_90 without spilling, and that the cuBLAS calls of the checks (the float64 reference and the
+baseline) read A and B as each layout stores them. tests/test_gpu_layouts.py runs them."""
+
+import ctypes
+
+import numpy as np
+import pytest
+from conftest import assert_compiles_without_spills, build_all
+
+from gemmgen import verify
+from gemmgen.config import make_config
+from gemmgen.errors import InvalidPoint
+from gemmgen.points import resolve_point
+from gemmgen.problem import LAYOUTS, Shape, Variant
+from gemmgen.render import render_kernel
+
+MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
+MMA_TF32 = {"BM": 128, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 4, "frags": 2}  # mma_tf32
+WARP = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2}  # v4
+
+
+def kernel_body(source: str, name: str) -> str:
+    """The GEMM kernel's own text (from its signature to the pack kernel or the launcher)."""
+    start = source.index(f"{name}(")
+    return source[start:source.index("#ifndef GEMMGEN_LAUNCHER", start)]
+
+
+# ---- which variants a family takes --------------------------------------------------------------
+
+@pytest.mark.parametrize("trans", LAYOUTS)
+def test_mma_and_warp_take_every_layout(trans):
+    for precision in ("fp16", "bf16", "tf32"):
+        assert make_config("mma", {**MMA, "trans": trans}, precision, "sm_80").variant == Variant(trans)
+    assert make_config("warp", {**WARP, "trans": trans}, "fp32").variant == Variant(trans)
+
+
+@pytest.mark.parametrize("out", ["fp16", "bf16"])
+def test_mma_stores_16_bit_c_for_every_precision_and_layout(out):
+    for precision in ("fp16", "bf16", "tf32"):
+        for trans in LAYOUTS:
+            assert make_config("mma", {**MMA, "trans": trans, "out": out}, precision).variant == Variant(trans, out)
+
+
+@pytest.mark.parametrize("family, params, precision, expected", [
+    ("warp", {**WARP, "out": "bf16"}, "fp32", "family warp stores C as fp32 only, not out=bf16"),
+    ("warp", {**WARP, "trans": "tt", "out": "fp16"}, "fp32", "family warp stores C as fp32 only, not out=fp16"),
+    ("wmma", {"trans": "tn"}, "fp16", "family wmma computes layout nn only, not trans=tn"),
+    ("register", {"trans": "tt"}, "fp32", "family register computes layout nn only, not trans=tt"),
+    ("fastgemm", {"trans": "nt"}, "fp32", "family fastgemm computes layout nn only, not trans=nt"),
+    ("hopper", {"trans": "tn"}, "fp16", "family hopper computes layout nn and nt only, not trans=tn"),
+])
+def test_other_variants_are_refused_in_one_line(family, params, precision, expected):
+    with pytest.raises(InvalidPoint) as err:
+        make_config(family, params, precision)
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["mma_128x128x32_w2x2_s3_f2_fp16_tn", "mma_128x128x32_w2x2_s3_f2_k4_g8_bf16_tt_obf16",
+                                  "mma_128x128x16_w2x2_s4_f2_tf32_nt_ofp16", "mma_64x32x16_w2x2_s3_f1_fp16_ofp16",
+                                  "warp_128x128x8_w64x32_t8x8_b2_fp32_tt", "warp_16x64x32_w16x16_t2x4_b2_k8_fp32_nt"])
+def test_layout_names_parse_back(name):
+    config = resolve_point(name)
+    assert config.name == name and name.endswith(config.variant.suffix) and config.variant != Variant()
+
+
+def test_existing_names_are_unchanged():
+    assert resolve_point("v4").name == "warp_128x128x8_w64x32_t8x8_b2_fp32"
+    assert resolve_point("mma_fp16").name == "mma_128x128x32_w2x2_s5_f2_fp16"
+    assert make_config("mma", MMA, "tf32").name == "mma_128x128x32_w2x2_s3_f2_tf32"
+
+
+def test_shared_memory_does_not_grow_with_the_layout():
+    for trans in LAYOUTS:
+        assert make_config("mma", {**MMA, "trans": trans}, "fp16").geometry.smem_bytes == 3 * 2 * 128 * 32 * 2
+    # warp pads the rows of the operand it transposes on the way in (A of nn/nt, B of nt/tt)
+    smem = {t: make_config("warp", {**WARP, "trans": t}, "fp32").geometry.smem_bytes for t in LAYOUTS}
+    assert smem == {"nn": 2 * 8 * (132 + 128) * 4, "nt": 2 * 8 * (132 + 132) * 4, "tn": 2 * 8 * (128 + 128) * 4,
+                    "tt": 2 * 8 * (128 + 132) * 4}
+
+
+# ---- the emitted source ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("trans, a_load, b_load", [
+    ("nn", "gg_ldmatrix_x4(af[buf][i], as + a_frag(i, s));", "gg_ldmatrix_x4_trans(r, bs + b_frag(s, j));"),
+    ("nt", "gg_ldmatrix_x4(af[buf][i], as + a_frag(i, s));", "gg_ldmatrix_x4(r, bs + b_frag(s, j));"),
+    ("tn", "gg_ldmatrix_x4_trans(r, as + a_frag(i, s));", "gg_ldmatrix_x4_trans(r, bs + b_frag(s, j));"),
+    ("tt", "gg_ldmatrix_x4_trans(r, as + a_frag(i, s));", "gg_ldmatrix_x4(r, bs + b_frag(s, j));"),
+])
+def test_mma_16_bit_fragments_follow_the_stored_layout(trans, a_load, b_load):
+    config = make_config("mma", {**MMA, "trans": trans}, "bf16")
+    source = render_kernel(config)
+    body = kernel_body(source, config.name)
+    assert a_load in body and b_load in body
+    assert f'return "{trans} fp32' in source  # the launcher says what it computes
+    # leading dimensions of A and B as stored, and the launcher's packing plan of B as stored
+    assert f"int lda = {'M' if trans[0] == 't' else 'K'}, ldb = {'K' if trans[1] == 't' else 'N'};" in body
+    if trans != "nn":
+        assert f"gg_pack_plan<VEC, T, {'true' if trans[1] == 't' else 'false'}>(M, N, K, A, B, a_bytes, b_bytes);" in body
+
+
+@pytest.mark.parametrize("trans", ["nt", "tn", "tt"])
+def test_tf32_fragments_for_each_layout(trans):
+    """tf32: K-contiguous tiles through ldmatrix (32-bit elements as pairs of 16-bit ones), tiles
+    stored K-major through 8-byte loads of column pairs (ldmatrix cannot transpose them), never
+    ldmatrix.trans; the epilogue stores the permuted rows and columns in place."""
+    config = make_config("mma", {**MMA_TF32, "trans": trans}, "tf32")
+    body = kernel_body(render_kernel(config), config.name)
+    assert "ldmatrix_x4_trans" not in body
+    a_pairs, b_pairs = trans[0] == "t", trans[1] == "n"
+    assert ("a_frag(s, half, i)" in body) == a_pairs and ("b_frag(s, half, j)" in body) == b_pairs
+    assert ("gg_ldmatrix_x4(af[buf][i]" in body) == (not a_pairs) and ("gg_ldmatrix_x4(r, bs" in body) == (not b_pairs)
+    if trans == "tn":  # both permuted: a 2 x 4 block of C per thread and tile pair, float4 stores
+        assert "gg_store_c<4>(C, N, M, N, row, col, lo, alpha, beta, c_vec);" in body
+    elif trans == "tt":  # rows 2g, 2g + 1
+        assert "gg_store_c<2>(C, N, M, N, row + 1, col, &acc[i][j][2], alpha, beta, c_vec);" in body
+    else:
+        assert "gg_store_c<2>(C, N, M, N, row + 8, col, &acc[i][j][2], alpha, beta, c_vec);" in body
+
+
+def test_mma_16_bit_c():
+    config = make_config("mma", {**MMA, "trans": "tn", "out": "bf16", "split_k": 4}, "fp16")
+    source = render_kernel(config)
+    body = kernel_body(source, config.name)
+    assert "float beta, __nv_bfloat16* __restrict__ C" in source and 'return "tn bf16' in source
+    assert "gg_pack2<__nv_bfloat16>(out[2 * e], out[2 * e + 1])" in body  # two elements, one rounding each
+    assert "out[e] += beta * gg_to_float(old[e]);" in body  # beta * C read in C's type
+    assert "store_c16(mma_int<2>{}, row, col, &acc[i][j][0], c_vec);" in body
+    assert "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in body  # fp32 partials
+    assert "gg_store_c" not in body
+    plain = kernel_body(render_kernel(make_config("mma", MMA, "fp16")), "mma_128x128x32_w2x2_s3_f2_fp16")
+    assert "store_c16" not in plain and "gg_store_c<2>(C, N, M, N, row + 8, col, &acc[i][j][2], alpha, beta, c_vec);" in plain
+
+
+@pytest.mark.parametrize("trans, a_load, b_load", [
+    ("nt", "gg_load<4>(ra[i], A, K, M, K, row0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, a_vec);",
+     "gg_load<4>(rb[i], B, K, N, K, col0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, b_vec);"),
+    ("tn", "gg_load<4>(ra[i], A, M, K, M, k0 + idx / (BM / 4), row0 + idx % (BM / 4) * 4, a_vec);",
+     "gg_load<4>(rb[i], B, N, K, N, k0 + idx / (BN / 4), col0 + idx % (BN / 4) * 4, b_vec);"),
+    ("tt", "gg_load<4>(ra[i], A, M, K, M, k0 + idx / (BM / 4), row0 + idx % (BM / 4) * 4, a_vec);",
+     "gg_load<4>(rb[i], B, K, N, K, col0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, b_vec);"),
+])
+def test_warp_loads_each_operand_along_its_stored_rows(trans, a_load, b_load):
+    config = make_config("warp", {**WARP, "trans": trans}, "fp32")
+    body = kernel_body(render_kernel(config), config.name)
+    assert a_load in body and b_load in body
+    assert ("Bs[(buf * BK + c + q) * LDB + r] = rb[i][q];" in body) == (trans[1] == "t")
+    assert ("As[(buf * BK + c + q) * LDA + r] = ra[i][q];" in body) == (trans[0] == "n")
+
+
+# ---- every new variant compiles without spilling ----------------------------------------------------
+
+COMPILED = {
+    # mma: each layout and precision at the default tiles (tf32: mma_tf32's), and the corners
+    **{f"mma-{p}-{t}": ("mma", p, {**(MMA_TF32 if p == "tf32" else MMA), "trans": t}, "sm_90")
+       for p in ("fp16", "bf16", "tf32") for t in ("nt", "tn", "tt")},
+    "mma-fp16-nn-ofp16": ("mma", "fp16", {**MMA, "out": "fp16"}, "sm_90"),
+    "mma-tf32-nn-obf16": ("mma", "tf32", {**MMA_TF32, "out": "bf16"}, "sm_80"),
+    "mma-bf16-tt-obf16-sm80": ("mma", "bf16", {**MMA, "trans": "tt", "out": "bf16"}, "sm_80"),
+    "mma-tf32-tn-ofp16-sm80": ("mma", "tf32", {**MMA_TF32, "frags": 1, "trans": "tn", "out": "fp16"}, "sm_80"),
+    "mma-fp16-tn-k8": ("mma", "fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "stages": 4,
+                                       "frags": 2, "split_k": 8, "trans": "tn", "out": "bf16"}, "sm_89"),
+    "mma-tf32-tt-k4": ("mma", "tf32", {"BM": 32, "BN": 128, "BK": 16, "WARPS_M": 1, "WARPS_N": 4, "stages": 4,
+                                       "frags": 1, "split_k": 4, "trans": "tt"}, "sm_80"),
+    # narrow rows: B stored N x K in 2-chunk rows (the swizzle's D = 4), one-warp tiles
+    "mma-fp16-nt-narrow": ("mma", "fp16", {"BM": 64, "BN": 32, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 3,
+                                           "frags": 1, "trans": "nt"}, "sm_90"),
+    "mma-tf32-tt-bk8": ("mma", "tf32", {"BM": 64, "BN": 64, "BK": 8, "WARPS_M": 2, "WARPS_N": 4, "stages": 4,
+                                        "frags": 2, "trans": "tt"}, "sm_90"),
+    "mma-fp16-tn-w1": ("mma", "fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3,
+                                       "frags": 1, "trans": "tn"}, "sm_90"),
+    # warp: each layout at v4, and split-K with the block swizzle
+    **{f"warp-{t}": ("warp", "fp32", {**WARP, "trans": t}, "sm_90") for t in ("nt", "tn", "tt")},
+    "warp-tn-k4-g8": ("warp", "fp32", {**WARP, "split_k": 4, "swizzle": 8, "trans": "tn"}, "sm_80"),
+    "warp-nt-splitk": ("warp", "fp32", {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 16, "TM": 2, "TN": 4,
+                                        "buffers": 2, "split_k": 8, "trans": "nt"}, "sm_90"),
+    "warp-tt-b1": ("warp", "fp32", {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4, "TN": 4, "buffers": 1,
+                                    "split_k": 2, "swizzle": 16, "trans": "tt"}, "sm_90"),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled(build_cache):
+    return build_all({key: make_config(f, params, p, arch) for key, (f, p, params, arch) in COMPILED.items()})
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("key", sorted(COMPILED))
+def test_variant_compiles_without_spills(compiled, key):
+    config, result = compiled[key]
+    assert_compiles_without_spills(config, result)
+
+
+@pytest.mark.nvcc
+def test_launcher_reports_its_layout(compiled):
+    from gemmgen.runtime import Launcher
+
+    for key, variant in (("mma-bf16-tt-obf16-sm80", Variant("tt", "bf16")), ("warp-tn", Variant("tn"))):
+        assert Launcher(compiled[key][1].library).variant == variant
+
+
+# ---- the checks' cuBLAS calls read each layout as stored -----------------------------------------
+
+class _FakeCublas:
+    """cuBLAS's column-major GEMMs on NumPy arrays that stand for device memory (addresses are
+    keys of ``memory``): enough to check the operations and leading dimensions gemmgen passes."""
+
+    def __init__(self, memory):
+        self.memory = memory
+
+    @staticmethod
+    def _value(arg):
+        return arg._obj.value if hasattr(arg, "_obj") else (arg.value if hasattr(arg, "value") else arg)
+
+    def _gemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        def stored(address, rows, cols, ld):  # the column-major rows x cols matrix at address
+            flat = self.memory[self._value(address)].reshape(-1)
+            return np.array([[flat[i + j * ld] for j in range(cols)] for i in range(rows)])
+        opa = stored(a, k, m, lda).T if transa else stored(a, m, k, lda)  # op(A): m x k
+        opb = stored(b, n, k, ldb).T if transb else stored(b, k, n, ldb)  # op(B): k x n
+        flat = self.memory[self._value(c)].reshape(-1)
+        alpha, beta = self._value(alpha), self._value(beta)
+        for i in range(m):
+            for j in range(n):
+                old = flat[i + j * ldc] if beta != 0 else 0.0
+                flat[i + j * ldc] = alpha * (opa[i] @ opb[:, j]) + beta * old
+        return 0
+
+    def cublasCreate_v2(self, handle):
+        return 0
+
+    def cublasSetMathMode(self, handle, mode):
+        return 0
+
+    def cublasDestroy_v2(self, handle):
+        return 0
+
+    def cublasSgemm_v2(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        return self._gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def cublasDgemm_v2(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        return self._gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def cublasGemmEx(self, h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, compute, algo):
+        return self._gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+@pytest.mark.parametrize("trans", LAYOUTS)
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "reference"])
+def test_cublas_reads_each_layout_as_stored(monkeypatch, trans, precision):
+    from gemmgen import cublas
+
+    shape, variant = Shape(5, 3, 4), Variant(trans)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(variant.a_dims(shape)), rng.standard_normal(variant.b_dims(shape))
+    c0 = rng.standard_normal((shape.m, shape.n))
+    memory = {1000: a.copy(), 2000: b.copy(), 3000: c0.copy()}
+    monkeypatch.setattr(cublas, "_library", lambda: _FakeCublas(memory))
+    handle = cublas.Cublas()
+    a_op, b_op = verify.product_operands(a, b, variant)
+    if precision == "reference":
+        handle.dgemm(shape.m, shape.n, shape.k, 1000, 2000, 3000, variant.b_transposed, variant.a_transposed)
+        expected = a_op @ b_op
+    else:
+        handle.gemm(precision, shape.m, shape.n, shape.k, 1.5, 1000, 2000, -0.5, 3000, variant)
+        expected = 1.5 * (a_op @ b_op) - 0.5 * c0
+    assert np.allclose(memory[3000], expected)
+    assert a_op.shape == (shape.m, shape.k) and b_op.shape == (shape.k, shape.n)
