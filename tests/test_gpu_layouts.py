@@ -1,0 +1,178 @@
+"""On the GPU (sm_80 or newer): the operand layouts of the mma and warp families -- A stored K x M
+(trans tn, tt) and/or B stored N x K (nt, tt) -- and mma's fp16/bf16 C match the float64
+reference at odd and aligned shapes with both checks (beta = 0 into a NaN-poisoned C, beta != 0
+reading C in its type): split-K, the block swizzle, tf32's pair loads, narrow swizzled rows, and
+shapes where K, M or N break 16-byte rows (the packed path, and A stored K x M read element by
+element). A kernel called with a null workspace copies misaligned operands itself; cuBLAS's
+baseline of each layout passes the same checks; and one emitted library per family, called 20
+times in one process over mixed shapes, misaligned pointers and beta values, is right every time."""
+
+import numpy as np
+import pytest
+from conftest import assert_measured_ok, call_sequence, load_kernel
+
+from gemmgen import verify
+from gemmgen.build import build_kernel
+from gemmgen.config import make_config
+from gemmgen.dtypes import PRECISIONS
+from gemmgen.problem import Shape, Variant
+
+pytestmark = pytest.mark.gpu
+
+BENCH_SEED = 18  # the `bench` fixture (conftest.py) draws its inputs from this seed
+
+MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
+MMA_TF32 = {"BM": 128, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 4, "frags": 2}
+WARP = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2}  # v4
+
+POINTS = [
+    # mma, fp16/bf16: ldmatrix.trans for A stored K x M, plain ldmatrix for B stored N x K
+    ("mma", "fp16", {**MMA, "trans": "nt"}),
+    ("mma", "fp16", {**MMA, "trans": "tn", "out": "fp16"}),
+    ("mma", "bf16", {**MMA, "trans": "tt", "out": "bf16", "swizzle": 8}),
+    ("mma", "bf16", {**MMA, "frags": 1, "stages": 4, "trans": "tn"}),
+    ("mma", "fp16", {**MMA, "out": "bf16"}),  # nn into 16-bit C
+    # narrow rows (the swizzle's D = 4 for B stored N x K; BM = 32 for A stored K x M), one warp
+    ("mma", "fp16", {"BM": 64, "BN": 32, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 1, "trans": "tt"}),
+    ("mma", "bf16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "stages": 3, "frags": 1, "trans": "tn",
+                     "out": "bf16"}),
+    # split-K (partials in fp32 whatever C's type)
+    ("mma", "fp16", {"BM": 32, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "stages": 4, "frags": 2, "split_k": 8,
+                     "trans": "tt", "out": "fp16"}),
+    ("mma", "bf16", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2, "split_k": 4,
+                     "swizzle": 4, "trans": "nt", "out": "bf16"}),
+    # tf32: ldmatrix for K-contiguous tiles, 8-byte pair loads for tiles stored K-major
+    ("mma", "tf32", {**MMA_TF32, "trans": "nt"}),
+    ("mma", "tf32", {**MMA_TF32, "trans": "tn"}),
+    ("mma", "tf32", {**MMA_TF32, "trans": "tt", "out": "bf16"}),
+    ("mma", "tf32", {**MMA_TF32, "out": "fp16"}),  # nn (C^T form) into 16-bit C
+    ("mma", "tf32", {"BM": 64, "BN": 64, "BK": 8, "WARPS_M": 2, "WARPS_N": 4, "stages": 4, "frags": 2, "trans": "tt"}),
+    ("mma", "tf32", {"BM": 32, "BN": 128, "BK": 16, "WARPS_M": 1, "WARPS_N": 4, "stages": 4, "frags": 1, "split_k": 4,
+                     "trans": "tn"}),
+    # warp (fp32): each layout, split-K and the block swizzle, one buffer
+    ("warp", "fp32", {**WARP, "trans": "nt"}),
+    ("warp", "fp32", {**WARP, "trans": "tn"}),
+    ("warp", "fp32", {**WARP, "trans": "tt"}),
+    ("warp", "fp32", {**WARP, "split_k": 4, "swizzle": 8, "trans": "tn"}),
+    ("warp", "fp32", {"BM": 16, "BN": 64, "BK": 32, "WM": 16, "WN": 16, "TM": 2, "TN": 4, "buffers": 2, "split_k": 8,
+                      "trans": "nt"}),
+    ("warp", "fp32", {"BM": 64, "BN": 16, "BK": 16, "WM": 32, "WN": 16, "TM": 4, "TN": 4, "buffers": 1, "split_k": 2,
+                      "swizzle": 16, "trans": "tt"}),
+]
+# 1x1x1 and 17x33x7: one partial tile (later splits empty); 127x129x65 and 255x257x131: odd, every
+# operand's rows misaligned (packed; A stored K x M read element by element); 256^3 aligned;
+# 264x136x200: M, N, K multiples of 8 but not of the tiles; 100x202x1000: K of many tiles, M and
+# N breaking 16-byte rows of 16-bit A stored K x M and B stored K x N, not of fp32 A;
+# 16x4096x520: thin, for split-K.
+SHAPES = [Shape(1, 1, 1), Shape(17, 33, 7), Shape(127, 129, 65), Shape(255, 257, 131), Shape(256, 256, 256),
+          Shape(264, 136, 200), Shape(100, 202, 1000), Shape(16, 4096, 520)]
+
+
+def _ids(points):
+    return [f"{f}-{p}-{params.get('trans', 'nn')}-o{params.get('out', 'fp32')}-{i}"
+            for i, (f, p, params) in enumerate(points)]
+
+
+@pytest.fixture(autouse=True)
+def _needs_sm80(bench):
+    if bench.gpu.info.arch.cc < 80:
+        pytest.skip(f"the mma family needs sm_80 or newer; this GPU is {bench.gpu.info.arch.name}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("family, precision, params", POINTS, ids=_ids(POINTS))
+def test_layout_point_is_correct(bench, family, precision, params, shape):
+    config = make_config(family, params, precision, bench.gpu.info.arch)
+    assert config.name.endswith(config.variant.suffix)
+    assert_measured_ok(bench, config.name, config, shape)
+
+
+@pytest.mark.parametrize("precision, trans", [("fp16", "tn"), ("bf16", "tt"), ("fp16", "nt"), ("tf32", "tn"),
+                                              ("tf32", "tt"), ("tf32", "nt")])
+def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, precision, trans):
+    """Called with a null workspace (no pack kernel first), the kernel's element-wise copy path
+    must give the right answer where M, N and K all break 16-byte rows."""
+    from gemmgen.runtime import LoadedKernel
+
+    config = make_config("mma", {**(MMA_TF32 if precision == "tf32" else MMA), "trans": trans}, precision,
+                         bench.gpu.info.arch)
+    shape = Shape(301, 203, 517)
+    build = build_kernel(config)
+    assert build.ok, build.log
+    info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
+    assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack
+    kernel = bench.gpu.drv.module_from_file(str(build.cubin)).get_function(config.name)
+    if config.geometry.smem_bytes > 48 * 1024:
+        kernel.set_attribute(bench.gpu.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, config.geometry.smem_bytes)
+    kernel.prepare("iiifPPfPPPP")  # M, N, K, alpha, A, B, beta, C, gg_workspace{flags, partials, packed}
+    ops = bench.operands(shape, precision, config.variant)
+
+    def run(alpha, beta):
+        kernel.prepared_call(tuple(info.grid), config.geometry.block, np.int32(shape.m), np.int32(shape.n),
+                             np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
+                             int(ops.c), 0, 0, 0, shared_size=config.geometry.smem_bytes)
+
+    verdict = bench.verify(run, ops)
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("precision, variant", [("fp16", Variant("tn")), ("bf16", Variant("tt", "bf16")),
+                                                ("fp16", Variant("nt", "fp16")), ("tf32", Variant("tn")),
+                                                ("fp32", Variant("tt")), ("fp32", Variant("nt"))], ids=str)
+def test_cublas_baseline_of_a_layout_passes_the_checks(bench, precision, variant):
+    m = bench.measure_cublas(precision, Shape(257, 130, 96), variant)
+    assert m.status == "ok", m.message
+    assert m.kernel == f"cublas_{precision}{variant.suffix}"
+
+
+def _device_array(drv, host: np.ndarray, offset_elements: int):
+    """A device copy of ``host`` starting ``offset_elements`` past a 256-byte aligned buffer."""
+    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
+    address = int(buffer) + offset_elements * host.itemsize
+    drv.memcpy_htod(address, np.ascontiguousarray(host))
+    return buffer, address
+
+
+LIBRARIES = [("mma", "fp16", {**MMA, "trans": "tn", "out": "bf16"}),
+             ("mma", "tf32", {**MMA_TF32, "trans": "tt"}),
+             ("mma", "bf16", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2,
+                              "split_k": 4, "trans": "nt", "out": "fp16"}),
+             ("warp", "fp32", {**WARP, "split_k": 4, "trans": "tt"})]
+
+
+@pytest.mark.parametrize("family, precision, params", LIBRARIES, ids=_ids(LIBRARIES))
+def test_layout_library_called_many_times_in_one_process(bench, family, precision, params):
+    """The emitted launcher, loaded once and called over 20 of call_sequence's shapes (thin,
+    1x1x1, K = 1, growing and shrinking, misaligned pointers, beta = 0 into NaN and beta != 0):
+    every result within the tolerance of its float64 reference."""
+    config = make_config(family, params, precision, bench.gpu.info.arch)
+    kernel = load_kernel(bench, config)
+    drv, variant, rng = bench.gpu.drv, config.variant, np.random.default_rng(5)
+    sixteen_bit = PRECISIONS[variant.out].numpy_storage != "float32"
+    try:
+        for m, n, k, a_off, b_off, c_off, alpha, beta in call_sequence(18, count=20):
+            shape = Shape(m, n, k)
+            a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
+            b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
+            c0 = verify.random_matrix(rng, m, n, variant.out)
+            poisoned = (np.full(c0.shape, 0xFFFF, dtype=np.uint16) if sixteen_bit
+                        else np.full(c0.shape, np.nan, dtype=np.float32))
+            buffers = []
+            try:
+                for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off)):
+                    buffers.append(_device_array(drv, host, off))
+                (_, pa), (_, pb), (_, pc) = buffers
+                kernel.launch(m, n, k, alpha, pa, pb, beta, pc)
+                bench.gpu.synchronize()
+                got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
+                drv.memcpy_dtoh(got, pc)
+            finally:
+                for buffer, _ in buffers:
+                    buffer.free()
+            a64, b64 = verify.product_operands(verify.as_float64(a, precision), verify.as_float64(b, precision),
+                                               variant)
+            ref, scale = verify.host_reference(a64, b64, verify.as_float64(c0, variant.out), alpha, beta)
+            verdict = verify.compare(verify.as_float64(got, variant.out), ref, scale, precision, k, variant.out)
+            assert verdict.ok, f"{m}x{n}x{k} offsets {a_off},{b_off},{c_off} beta={beta}: {verdict.message}"
+    finally:
+        kernel.close()
