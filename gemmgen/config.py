@@ -16,7 +16,7 @@ from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families import Family, Geometry, get_family
-from gemmgen.problem import Variant, split_variant
+from gemmgen.problem import VARIANT_KEYS, Variant, split_variant
 
 DEFAULT_ARCH = "sm_90"
 
@@ -42,8 +42,9 @@ class KernelConfig:
 
     @property
     def point(self) -> dict[str, int | str]:
-        """The parameters and the variant's keys (``trans``, ``out``): what derive and check see."""
-        return {**self.params, "trans": self.variant.trans, "out": self.variant.out}
+        """The parameters and the variant's keys (``trans``, ``out``, ``bias``, ``act``): what derive
+        and check see."""
+        return {**self.params, **{k: getattr(self.variant, k) for k in VARIANT_KEYS}}
 
     @property
     def name(self) -> str:

@@ -12,13 +12,19 @@ from gemmgen.families.base import Family, Params
 
 def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
     """Every violated constraint of the point, one line each with its values; [] if it is valid.
-    ``params`` holds the variant too (``trans``, ``out``)."""
+    ``params`` holds the variant too (``trans``, ``out``, ``bias``, ``act``)."""
     found = []
     if params["trans"] not in family.layouts:
         found.append(f"family {family.name} computes layout {' and '.join(family.layouts)} only, not "
                      f"trans={params['trans']}")
     if params["out"] not in family.outputs:
         found.append(f"family {family.name} stores C as {' or '.join(family.outputs)} only, not out={params['out']}")
+    if params["bias"] not in family.biases:
+        found.append(f"family {family.name} adds no bias in its epilogue (bias={' or '.join(family.biases)} only), not "
+                     f"bias={params['bias']}" if family.biases == ("none",) else
+                     f"family {family.name} adds bias={' or '.join(family.biases)} only, not bias={params['bias']}")
+    if params["act"] not in family.activations:
+        found.append(f"family {family.name} applies act={' or '.join(family.activations)} only, not act={params['act']}")
     found += family.check(params, precision, derived)
     geometry = derived["geometry"]
     need = PRECISIONS[precision].min_cc

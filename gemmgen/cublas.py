@@ -28,21 +28,27 @@ class CublasError(GemmgenError):
     pass
 
 
-@lru_cache(maxsize=1)
-def _library() -> ctypes.CDLL:
+def load_toolkit_library(pattern: str, fallback: str) -> ctypes.CDLL:
+    """A library of the CUDA toolkit: the newest ``lib64/<pattern>`` under $CUDA_HOME, $CUDA_PATH
+    or /usr/local/cuda, else ``fallback`` as the loader finds it. Raises CublasError."""
     names = []
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root:
-            names += sorted(glob.glob(os.path.join(root, "lib64", "libcublas.so*")), reverse=True)
-    names += [n for n in (ctypes.util.find_library("cublas"), "libcublas.so") if n]
+            names += sorted(glob.glob(os.path.join(root, "lib64", pattern)), reverse=True)
+    names += [n for n in (ctypes.util.find_library(fallback.removeprefix("lib").split(".so")[0]), fallback) if n]
     errors = []
     for name in names:
         try:
             return ctypes.CDLL(name)
         except OSError as err:
             errors.append(f"{name}: {err}")
-    raise CublasError("cannot load libcublas from the CUDA toolkit (set CUDA_HOME); tried: "
+    raise CublasError(f"cannot load {fallback} from the CUDA toolkit (set CUDA_HOME); tried: "
                       + ("; ".join(errors) or "no candidates found"))
+
+
+@lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL:
+    return load_toolkit_library("libcublas.so*", "libcublas.so")
 
 
 class Cublas:

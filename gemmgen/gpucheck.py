@@ -12,8 +12,10 @@ import numpy as np
 from gemmgen import tolerance, verify
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.paths import templates_dir
+from gemmgen.problem import ACTIVATIONS, Variant
 
 THREADS = 256
+ACT_CODES = {act: i for i, act in enumerate(ACTIVATIONS)}  # check.cu's gg_activation
 _OUT_WORDS = 7  # gg_compare's out: 3 doubles, 4 unsigned 64-bit words
 _OUT_INIT = np.zeros(_OUT_WORDS, dtype=np.uint64)
 _OUT_INIT[5] = np.iinfo(np.uint64).max  # the first failing element: none yet
@@ -43,7 +45,7 @@ class GpuChecker:
         self._to_f64 = module.get_function("gg_to_f64")
         self._to_f64.prepare("PiPqi")
         self._compare = module.get_function("gg_compare")
-        self._compare.prepare("PiPPPdddqP")
+        self._compare.prepare("PiPPPdddqPPiqi")
         self._out = drv.mem_alloc(_OUT_WORDS * 8)
         self._blocks_max = 8 * gpu.info.sm_count
 
@@ -75,15 +77,21 @@ class GpuChecker:
         return References(prod, absprod)
 
     def stats(self, c, refs: References, c0, m: int, n: int, k: int, alpha: float, beta: float,
-              precision: str, out: str = "fp32") -> verify.Stats:
-        """Stats of the device C (M x N, of type ``out``) against alpha * prod + beta * C0 (C0 of
-        the same type, not read where beta == 0), as verify.host_stats computes them."""
-        drv, count = self.gpu.drv, m * n
+              precision: str, variant: Variant = Variant(), bias=None) -> verify.Stats:
+        """Stats of the device C (M x N, of type ``variant.out``) against act(alpha * prod + beta *
+        C0 + bias) (C0 of the same type, not read where beta == 0; the device vector ``bias``, of
+        that type too, where the variant adds one), as verify.host_stats computes them."""
+        drv, count, out = self.gpu.drv, m * n, variant.out
         c_type = PRECISIONS[out]
+        bias_mode = {"none": 0, "row": 1, "col": 2}[variant.bias]
+        if bias_mode and bias is None:
+            raise ValueError(f"variant {variant.text} adds a bias: pass its device vector")
         drv.memcpy_htod(self._out, _OUT_INIT)
         self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(c_type.check_kind), refs.prod,
                                     refs.absprod, int(c0), float(alpha), float(beta),
-                                    tolerance.elementwise_tolerance(precision, k, out), np.int64(count), self._out)
+                                    tolerance.elementwise_tolerance(precision, k, out, variant.act), np.int64(count),
+                                    self._out, int(bias) if bias_mode else 0, np.int32(bias_mode), np.int64(n),
+                                    np.int32(ACT_CODES[variant.act]))
         raw = np.empty(_OUT_WORDS, dtype=np.uint64)
         drv.memcpy_dtoh(raw, self._out)
         sums, words = raw[:3].view(np.float64), raw[3:]
@@ -98,6 +106,11 @@ class GpuChecker:
                 drv.memcpy_dtoh(start, int(c0) + c_type.bytes * i)
             got_f, start_f = (float(verify.as_float64(x, out)[0]) for x in (got, start))
             expected = alpha * float(product[0]) + (beta * start_f if beta != 0.0 else 0.0)
+            if bias_mode:
+                value = np.empty(1, storage)
+                drv.memcpy_dtoh(value, int(bias) + c_type.bytes * (i // n if bias_mode == 1 else i % n))
+                expected += float(verify.as_float64(value, out)[0])
+            expected = float(verify.activation(np.float64(expected), variant.act))
             first_bad = (i // n, i % n, got_f, expected)
         worst = float(words[3:4].view(np.float64)[0])
         return verify.Stats(float(sums[0]), float(sums[1]), float(sums[2]), int(words[0]), int(words[1]), worst,

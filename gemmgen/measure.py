@@ -13,6 +13,7 @@ from gemmgen import verify
 from gemmgen.build import BuildResult, build_kernel, kernel_usage
 from gemmgen.config import KernelConfig
 from gemmgen.cublas import Cublas
+from gemmgen.cublaslt import CublasLt
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
 from gemmgen.l2flush import L2Flush
@@ -82,8 +83,9 @@ class Measured:
 
 class Operands:
     """Device buffers of one shape, precision and variant (A and B as stored: Variant.a_dims, b_dims; C and C0
-    of type ``variant.out``), with the host copies of their contents and, once a check asks for
-    them, the float64 references of the product on the GPU."""
+    of type ``variant.out``; a bias vector of that type, M or N values, where the variant adds
+    one), with the host copies of their contents and, once a check asks for them, the float64
+    references of the product on the GPU."""
 
     def __init__(self, gpu: Gpu, shape: Shape, precision: str, variant: Variant = Variant()):
         self.gpu, self.shape, self.precision, self.variant = gpu, shape, precision, variant
@@ -95,7 +97,9 @@ class Operands:
         self.b = drv.mem_alloc(k * n * esize)
         self.c = drv.mem_alloc(m * n * self.c_bytes)
         self.c0 = drv.mem_alloc(m * n * self.c_bytes)
-        self.host_a = self.host_b = self.host_c0 = None
+        self.bias_len = {"none": 0, "row": m, "col": n}[variant.bias]
+        self.bias = drv.mem_alloc(self.bias_len * self.c_bytes) if self.bias_len else None
+        self.host_a = self.host_b = self.host_c0 = self.host_bias = None
         self.references: References | None = None  # of the current contents (GpuChecker.references)
 
     @property
@@ -109,6 +113,9 @@ class Operands:
         self.host_b = verify.random_matrix(rng, *self.variant.b_dims(self.shape), self.precision)
         self.host_c0 = verify.random_matrix(rng, m, n, self.variant.out)
         drv = self.gpu.drv
+        if self.bias is not None:
+            self.host_bias = verify.random_matrix(rng, 1, self.bias_len, self.variant.out)
+            drv.memcpy_htod(self.bias, self.host_bias)
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
         drv.memcpy_htod(self.c0, self.host_c0)
@@ -133,10 +140,16 @@ class Operands:
             self.references.free()
             self.references = None
 
+    @property
+    def bias_address(self) -> int | None:
+        """The bias vector's device address, or None where the variant adds none."""
+        return int(self.bias) if self.bias is not None else None
+
     def free(self) -> None:
         self._drop_references()
-        for buf in (self.a, self.b, self.c, self.c0):
-            buf.free()
+        for buf in (self.a, self.b, self.c, self.c0, self.bias):
+            if buf is not None:
+                buf.free()
 
 
 class Bench:
@@ -150,6 +163,7 @@ class Bench:
         self.interleave = interleave
         self.rng = np.random.default_rng(seed)
         self.cublas = Cublas()
+        self._cublas_lt: CublasLt | None = None  # made for the first variant with an epilogue
         self.checker = GpuChecker(gpu, self.cublas)
         info = gpu.info
         self.device_id = db.device(name=info.name, arch=info.arch.name, sm_count=info.sm_count,
@@ -181,13 +195,14 @@ class Bench:
             ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,
                                                      ops.variant.b_transposed, ops.variant.a_transposed)
         worst = None
-        out = ops.variant.out
+        var = ops.variant
         for alpha, beta in verify.CHECKS:
             ops.reset_c(beta)
             run(alpha, beta)
             self.gpu.synchronize()
-            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision, out)
-            verdict = verify.judge(stats, ops.precision, s.k, out)
+            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision, var,
+                                       ops.bias)
+            verdict = verify.judge(stats, ops.precision, s.k, var.out, var.act)
             if not verdict.ok:
                 return verdict
             worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
@@ -255,11 +270,12 @@ class Bench:
                     ops = self.operands(shape, config.precision, variant)
 
                     def run(alpha, beta):
-                        kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c))
+                        kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c),
+                                      bias=ops.bias_address)
 
                     # the timed launch: checks, grid, workspace and tensor maps made once, here
                     plan = stack.enter_context(kernel.plan(shape.m, shape.n, shape.k, TIMED_ALPHA, int(ops.a),
-                                                           int(ops.b), TIMED_BETA, int(ops.c)))
+                                                           int(ops.b), TIMED_BETA, int(ops.c), bias=ops.bias_address))
                     launches = [plan.run]
                     if self.interleave:
                         cublas = self._cublas_runner(config.precision, ops)
@@ -283,12 +299,25 @@ class Bench:
         return result
 
     def _cublas_kernel_id(self, precision: str, variant: Variant = Variant()) -> int:
+        api = (("api", "cublasLtMatmul"),) if variant.has_epilogue else ()
         return self.db.kernel(name=cublas_name(precision, variant), family="cublas", precision=precision,
                               arch=self.gpu.info.arch.name,
-                              params={**dict(PRECISIONS[precision].baseline), **dict(variant.items)})
+                              params={**dict(PRECISIONS[precision].baseline), **dict(api), **dict(variant.items)})
 
     def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
+        """cuBLAS's GEMM of the operands' variant: cuBLASLt with its fused epilogue where the
+        variant has one (gemmgen.cublaslt), else cublasGemmEx / cublasSgemm."""
         s = ops.shape
+        if ops.variant.has_epilogue:
+            if self._cublas_lt is None:
+                self._cublas_lt = CublasLt()
+            lt = self._cublas_lt
+
+            def run(alpha, beta):
+                lt.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
+                        bias=ops.bias_address)
+
+            return run
 
         def run(alpha, beta):
             self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant)
@@ -322,4 +351,6 @@ class Bench:
             self._ops.free()
         self.flush.free()
         self.checker.close()
+        if self._cublas_lt is not None:
+            self._cublas_lt.close()
         self.cublas.close()

@@ -55,23 +55,36 @@ def parse_shape(text: str) -> Shape:
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: Types C can be stored in; accumulation is fp32 in every case, and beta * C reads C in its type.
 OUTPUTS = ("fp32", "fp16", "bf16")
+#: Bias vectors the epilogue can add: none, one value per row of C (M values) or per column of C
+#: (N values: nn.Linear's bias, cuBLASLt's BIAS epilogue). The bias has C's type.
+BIASES = ("none", "row", "col")
+#: Activations the epilogue can apply last: ReLU (NaN stays NaN), GELU with the tanh approximation
+#: (torch's gelu(approximate="tanh"), cuBLASLt's GELU), SiLU (x * sigmoid(x)).
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
 #: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``): "trans"
 #: as in BLAS's transa/transb ("layout" is a parameter of the register family).
-VARIANT_KEYS = ("trans", "out")
+VARIANT_KEYS = ("trans", "out", "bias", "act")
 
 
 @dataclass(frozen=True)
 class Variant:
-    """What a kernel computes beyond M, N, K: the layouts of A and B (``trans``, one of LAYOUTS)
-    and the type of C (``out``).
+    """What a kernel computes beyond M, N, K: the layouts of A and B (``trans``, one of LAYOUTS),
+    the type of C (``out``) and the epilogue (``bias``, ``act``):
 
-    The default (nn, fp32) is what every kernel computed before variants existed; a canonical
-    name gains ``_<layout>`` and ``_o<out>`` only away from it, so every earlier name (and stored
-    row) still means the same kernel.
+        C = act(alpha * A @ B + beta * C + bias)
+
+    with bias[i] added to row i of C (``row``) or bias[j] to column j (``col``); accumulation is
+    fp32 and the sum is rounded to C's type once, after the activation.
+
+    The default (nn, fp32, no bias, no activation) is what every kernel computed before variants
+    existed; a canonical name gains ``_<layout>``, ``_o<out>``, ``_b<bias>`` and ``_<act>`` only
+    away from it, so every earlier name (and stored row) still means the same kernel.
     """
 
     trans: str = "nn"
     out: str = "fp32"
+    bias: str = "none"
+    act: str = "none"
 
     def __post_init__(self):
         if self.trans not in LAYOUTS:
@@ -80,6 +93,12 @@ class Variant:
         if self.out not in OUTPUTS:
             raise InvalidParameter(f"out={self.out!r} is not allowed; out (the type of C) must be one of: "
                                    f"{', '.join(OUTPUTS)}")
+        if self.bias not in BIASES:
+            raise InvalidParameter(f"bias={self.bias!r} is not allowed; bias must be one of: {', '.join(BIASES)} "
+                                   "(row: one value per row of C, M values; col: one per column, N values)")
+        if self.act not in ACTIVATIONS:
+            raise InvalidParameter(f"act={self.act!r} is not allowed; act (the activation) must be one of: "
+                                   f"{', '.join(ACTIVATIONS)}")
 
     @property
     def a_transposed(self) -> bool:
@@ -92,14 +111,35 @@ class Variant:
         return self.trans[1] == "t"
 
     @property
+    def has_epilogue(self) -> bool:
+        """A bias or an activation is fused into the store."""
+        return self.bias != "none" or self.act != "none"
+
+    @property
     def suffix(self) -> str:
-        """The canonical name's variant part: empty for (nn, fp32)."""
-        return ("" if self.trans == "nn" else f"_{self.trans}") + ("" if self.out == "fp32" else f"_o{self.out}")
+        """The canonical name's variant part: empty for the default."""
+        return (("" if self.trans == "nn" else f"_{self.trans}") + ("" if self.out == "fp32" else f"_o{self.out}")
+                + ("" if self.bias == "none" else f"_b{self.bias}") + ("" if self.act == "none" else f"_{self.act}"))
 
     @property
     def items(self) -> tuple[tuple[str, str], ...]:
         """(key, value) pairs away from the default, as ``--set`` takes them."""
-        return tuple((k, v) for k, v, d in (("trans", self.trans, "nn"), ("out", self.out, "fp32")) if v != d)
+        return tuple((k, getattr(self, k)) for k in VARIANT_KEYS if getattr(self, k) != _DEFAULTS[k])
+
+    @property
+    def text(self) -> str:
+        """The four values, space-separated (``nt bf16 col gelu``): what an emitted launcher's
+        ``<launcher>_variant`` returns."""
+        return " ".join(getattr(self, k) for k in VARIANT_KEYS)
+
+    @classmethod
+    def parse(cls, text: str) -> "Variant":
+        """The inverse of ``text``; two words (``nn fp32``, from launchers without an epilogue
+        part) mean no bias and no activation. Raises InvalidParameter."""
+        words = text.split()
+        if len(words) not in (2, 4):
+            raise InvalidParameter(f"cannot read variant {text!r}: want 'TRANS OUT' or 'TRANS OUT BIAS ACT'")
+        return cls(*words)
 
     def a_dims(self, shape: "Shape") -> tuple[int, int]:
         """(rows, columns) of A as stored, row-major."""
@@ -108,6 +148,9 @@ class Variant:
     def b_dims(self, shape: "Shape") -> tuple[int, int]:
         """(rows, columns) of B as stored, row-major."""
         return (shape.n, shape.k) if self.b_transposed else (shape.k, shape.n)
+
+
+_DEFAULTS = {"trans": "nn", "out": "fp32", "bias": "none", "act": "none"}
 
 
 def split_variant(params: dict) -> tuple[dict, Variant]:
@@ -125,7 +168,9 @@ def split_variant(params: dict) -> tuple[dict, Variant]:
 
 #: The variant part of a canonical name, as a regular expression (after the precision).
 VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))?"
-                   f"(?:_o(?P<out>{'|'.join(o for o in OUTPUTS if o != 'fp32')}))?")
+                   f"(?:_o(?P<out>{'|'.join(o for o in OUTPUTS if o != 'fp32')}))?"
+                   f"(?:_b(?P<bias>{'|'.join(b for b in BIASES if b != 'none')}))?"
+                   f"(?:_(?P<act>{'|'.join(a for a in ACTIVATIONS if a != 'none')}))?")
 
 
 _NAME_VARIANT = re.compile(f"_(?:{'|'.join(PRECISIONS)}){VARIANT_PATTERN}$")

@@ -187,8 +187,14 @@ class Launcher:
             raise LaunchFailed(f"cannot load {library}: {err}") from None
         self.name = name
         fn = self._function
-        self._launch = fn("", ctypes.c_int, _PROBLEM)
-        self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *_PROBLEM])
+        try:  # "nn fp32 none none": the layouts of A and B, C's type, the bias and the activation
+            self.variant = Variant.parse(fn("_variant", ctypes.c_char_p, [])().decode())
+        except LaunchFailed:  # a dispatcher of earlier gemmgen, whose kernels compute the default variant
+            self.variant = Variant()
+        # A launcher whose variant adds a bias takes its address right after C.
+        problem = _PROBLEM[:8] + [_VP] + _PROBLEM[8:] if self.variant.bias != "none" else _PROBLEM
+        self._launch = fn("", ctypes.c_int, problem)
+        self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *problem])
         self._run = fn("_run", ctypes.c_int, [_VP])
         self._plan_free = fn("_plan_free", None, [_VP])
         self._describe = fn("_describe", ctypes.c_char_p, [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT,
@@ -197,11 +203,6 @@ class Launcher:
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
         self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # "fp32", "tf32", "fp16" or "bf16"
-        try:  # "nn fp32": the layouts of A and B and C's type (gemmgen.problem.Variant)
-            trans, out = fn("_variant", ctypes.c_char_p, [])().decode().split()
-            self.variant = Variant(trans, out)
-        except LaunchFailed:  # a dispatcher, whose kernels compute the default variant
-            self.variant = Variant()
         try:  # a dispatcher (emit --dispatch) names the kernel it gives a shape
             self._choice = fn("_choice", ctypes.c_char_p, [_INT, _INT, _INT])
         except LaunchFailed:
@@ -222,18 +223,32 @@ class Launcher:
                 raise ShapeRefused(message)
             raise LaunchFailed(message)
 
+    def _args(self, c: int, bias: int | None) -> tuple:
+        """C's address, and the bias's after it where the variant adds one (ValueError where a
+        bias is missing or not taken)."""
+        if self.variant.bias == "none":
+            if bias:
+                raise ValueError(f"{self.name} adds no bias (variant {self.variant.text}); pass bias=None")
+            return (c,)
+        if not bias:
+            raise ValueError(f"{self.name} adds a bias per {self.variant.bias} of C: pass its device address as bias=")
+        return (c, bias)
+
     def launch(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-               stream: int = 0) -> None:
-        """Queue C = alpha * A @ B + beta * C on ``stream`` (0: the default stream); a, b, c are
-        device addresses of row-major A (M x K), B (K x N) and fp32 C (M x N)."""
-        self._check(self._launch(m, n, k, alpha, a, b, beta, c, stream))
+               stream: int = 0, bias: int | None = None) -> None:
+        """Queue C = act(alpha * A @ B + beta * C + bias) on ``stream`` (0: the default stream); a,
+        b, c are device addresses of A, B and C as the launcher's variant stores them (row-major
+        A: M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt; C: M x N of the
+        variant's ``out`` type), ``bias`` that of the bias vector (M or N values of C's type)
+        where the variant adds one. Raises ValueError for a bias missing or not taken."""
+        self._check(self._launch(m, n, k, alpha, a, b, beta, *self._args(c, bias), stream))
 
     def plan(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-             stream: int = 0) -> "Plan":
+             stream: int = 0, bias: int | None = None) -> "Plan":
         """The same launch with its host work done now (checks, grid, workspace, tensor maps), to
         be queued later by Plan.run, as often as wanted."""
         handle = _VP()
-        self._check(self._plan(ctypes.byref(handle), m, n, k, alpha, a, b, beta, c, stream))
+        self._check(self._plan(ctypes.byref(handle), m, n, k, alpha, a, b, beta, *self._args(c, bias), stream))
         return Plan(self, handle)
 
     def describe(self, m: int, n: int, k: int, a: int = 0, b: int = 0, beta: float = 0.0, c: int = 0,

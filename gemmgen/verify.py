@@ -90,13 +90,14 @@ class Stats:
     first_bad: tuple[int, int, float, float] | None = None  # (row, column, C, expected)
 
 
-def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32") -> Stats:
+def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32",
+               act: str = "none") -> Stats:
     """Stats of C (M x N, float32 or float64 holding C's values) against ref and scale (float64)
-    on the host; ``out`` is the type C was stored in."""
+    on the host; ``out`` is the type C was stored in, ``act`` the epilogue's activation."""
     finite = np.isfinite(c)
     nonfinite = int(c.size - np.count_nonzero(finite))
     err = np.abs(np.where(finite, c, 0).astype(np.float64) - ref)
-    bound = tolerance.elementwise_tolerance(precision, k, out) * scale
+    bound = tolerance.elementwise_tolerance(precision, k, out, act) * scale
     over = finite & (err > bound)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
@@ -110,13 +111,13 @@ def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str
                  int(np.count_nonzero(over)), nonfinite, worst, first_bad)
 
 
-def judge(stats: Stats, precision: str, k: int, out: str = "fp32") -> Verdict:
+def judge(stats: Stats, precision: str, k: int, out: str = "fp32", act: str = "none") -> Verdict:
     """The verdict on C from its Stats: ok when no element is NaN or Inf and both checks of
     gemmgen/tolerance.py pass over the finite elements."""
     err_norm = math.sqrt(stats.err2)
     norm = tolerance.normwise_norm(math.sqrt(stats.ref2), math.sqrt(stats.scale2), k)
     rel = err_norm / norm if norm > 0 else err_norm
-    norm_tol = tolerance.normwise_tolerance(precision, k, out)
+    norm_tol = tolerance.normwise_tolerance(precision, k, out, act)
     ok = stats.nonfinite == 0 and stats.bad == 0 and rel <= norm_tol
     message = ""
     if not ok:
@@ -129,11 +130,13 @@ def judge(stats: Stats, precision: str, k: int, out: str = "fp32") -> Verdict:
     return Verdict(ok, rel, stats.worst, stats.bad, stats.nonfinite, message)
 
 
-def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32") -> Verdict:
-    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (float64, as
-    host_reference gives them) by both checks of gemmgen/tolerance.py, for inner dimension k.
-    ok when no element is NaN or Inf and both checks pass over the finite elements."""
-    return judge(host_stats(c, ref, scale, precision, k, out), precision, k, out)
+def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32",
+            act: str = "none") -> Verdict:
+    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (+ |bias|)
+    (float64, as host_reference and epilogue give them) by both checks of gemmgen/tolerance.py,
+    for inner dimension k. ok when no element is NaN or Inf and both checks pass over the finite
+    elements."""
+    return judge(host_stats(c, ref, scale, precision, k, out, act), precision, k, out, act)
 
 
 def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):
@@ -146,3 +149,26 @@ def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: floa
         ref += beta * c0.astype(np.float64)
         scale += np.abs(beta * c0.astype(np.float64))
     return ref, scale
+
+
+def activation(x: np.ndarray, act: str) -> np.ndarray:
+    """The activation of gemmgen.problem.ACTIVATIONS, exactly (float64): none, relu, gelu (the
+    tanh approximation, as torch's gelu(approximate="tanh")), silu."""
+    if act == "none":
+        return x
+    if act == "relu":
+        return np.where(x < 0.0, 0.0, x)
+    if act == "gelu":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if act == "silu":
+        return x / (1.0 + np.exp(-np.clip(x, -700.0, None)))
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def epilogue(ref: np.ndarray, scale: np.ndarray, bias64: np.ndarray | None, bias: str, act: str):
+    """(ref, scale) of C = act(x + bias) from those of x = alpha * A @ B + beta * C0 (host_reference):
+    ``bias64`` holds M values (bias ``row``) or N values (``col``), float64; ``scale`` gains |bias|."""
+    if bias != "none":
+        vec = bias64.reshape(-1, 1) if bias == "row" else bias64.reshape(1, -1)
+        ref, scale = ref + vec, scale + np.abs(vec)
+    return activation(ref, act), scale

@@ -93,8 +93,8 @@ class Family:
 
     ``derive(params, precision)`` returns the constants the template needs, including
     ``geometry``; ``params`` there (and in ``check``) also holds the problem variant under
-    ``trans`` and ``out`` (gemmgen.problem.Variant), which a family that takes only (nn, fp32)
-    ignores; it must not fail on a point that violates constraints (it may give nonsense
+    ``trans``, ``out``, ``bias`` and ``act`` (gemmgen.problem.Variant), which a family that takes
+    only the default ignores; it must not fail on a point that violates constraints (it may give nonsense
     there: ``check`` reports the point first).
     ``check(params, precision, derived)`` returns one human-readable line per violated
     family-specific constraint, with the values involved.
@@ -122,6 +122,8 @@ class Family:
     name_options: tuple[tuple[str, str, Value], ...] = ()
     layouts: tuple[str, ...] = ("nn",)  # the operand layouts the template computes (gemmgen.problem.LAYOUTS)
     outputs: tuple[str, ...] = ("fp32",)  # the types of C it stores (gemmgen.problem.OUTPUTS)
+    biases: tuple[str, ...] = ("none",)  # the bias vectors its epilogue adds (gemmgen.problem.BIASES)
+    activations: tuple[str, ...] = ("none",)  # the activations its epilogue applies (gemmgen.problem.ACTIVATIONS)
 
     def __post_init__(self):
         for param, fmt, neutral in self.name_options:

@@ -145,6 +145,9 @@ def check(p, precision, d):
         v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major B)")
     if p["overlap"] and p["out"] != "fp32":
         v.append(f"overlap=1 holds fp32 boxes of C; out={p['out']} stores without it: use overlap=0")
+    if p["overlap"] and (p["bias"] != "none" or p["act"] != "none"):
+        v.append(f"overlap=1 holds alpha * the accumulators for a later store; the epilogue (bias={p['bias']}, "
+                 f"act={p['act']}) is applied without it: use overlap=0")
     if p["swap"] and d["TF32_FRAGS"]:
         v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
     if p["BM"] < 64 and not d["SWAP_AB"]:
@@ -220,6 +223,8 @@ FAMILY = Family(
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
     layouts=("nn", "nt"),
     outputs=("fp32", "fp16", "bf16"),
+    biases=("none", "row", "col"),
+    activations=("none", "relu", "gelu", "silu"),
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
                   ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),

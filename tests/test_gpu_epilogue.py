@@ -1,0 +1,122 @@
+"""On the GPU (sm_90): hopper's fused epilogues -- a bias per row or per column of C and ReLU,
+GELU (tanh) or SiLU, C = act(alpha * A @ B + beta * C + bias) -- match the float64 reference at
+odd and aligned shapes with both checks (beta = 0 through TMA stores where C's rows allow, beta
+!= 0 through direct stores), for the coop, ping-pong, stream-K and swap-AB schedules and tf32;
+cuBLASLt's fused baseline of the same variant passes the same checks; and an emitted library
+with a bias called 30 times in one process over mixed shapes, misaligned pointers and beta values
+is right every time."""
+
+import numpy as np
+import pytest
+from conftest import assert_measured_ok, call_sequence, load_kernel
+
+from gemmgen import verify
+from gemmgen.config import make_config
+from gemmgen.cublas import CublasError
+from gemmgen.cublaslt import CublasLt
+from gemmgen.problem import Shape, Variant
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
+
+NT_BF16 = {"trans": "nt", "out": "bf16"}
+POINTS = [
+    ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, **NT_BF16, "bias": "col", "act": "gelu"}),
+    ("bf16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "schedule": "pingpong", **NT_BF16, "bias": "col",
+              "act": "gelu"}),
+    ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "bias": "row", "act": "silu"}),
+    ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "streamk": 1, "trans": "nt", "out": "fp16",
+              "bias": "col", "act": "relu"}),
+    ("bf16", {"BM": 32, "BN": 128, "consumers": 1, "stages": 8, "swap": 1, **NT_BF16, "bias": "col", "act": "gelu"}),
+    ("bf16", {"BM": 64, "BN": 128, "consumers": 1, "stages": 5, "out": "bf16", "act": "gelu"}),
+    ("tf32", {"BM": 128, "BN": 128, "consumers": 2, "stages": 4, "bias": "col", "act": "relu"}),
+]
+# N = 1, 33, 257: odd (one element at a time); 258: pairs, rows not 16-byte aligned; 200 and
+# 4096: TMA stores; K = 65, 127, 4093: B's rows (nt) not 16-byte aligned, packed first.
+SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(31, 257, 127), Shape(300, 200, 8), Shape(130, 258, 72),
+          Shape(1000, 1000, 1000), Shape(16, 4096, 4096), Shape(4095, 4097, 4093)]
+
+
+def _ids(points):
+    return [f"{p}-{'-'.join(f'{k}{v}' for k, v in params.items() if k in ('trans', 'out', 'swap', 'schedule', 'streamk', 'bias', 'act'))}"
+            for p, params in points]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("precision, params", POINTS, ids=_ids(POINTS))
+def test_epilogue_point_is_correct(bench, precision, params, shape):
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    assert config.variant.has_epilogue and config.name.endswith(config.variant.suffix)
+    assert_measured_ok(bench, config.name, config, shape)
+
+
+@pytest.mark.parametrize("precision, variant", [("bf16", Variant("nt", "bf16", "col", "gelu")),
+                                                ("fp16", Variant("nn", "fp16", "col", "relu")),
+                                                ("bf16", Variant("nt", "fp32", "none", "gelu")),
+                                                ("fp16", Variant("nt", "fp16", "col", "none"))], ids=str)
+def test_cublaslt_baseline_of_an_epilogue_passes_the_checks(bench, precision, variant):
+    for shape in (Shape(257, 130, 96), Shape(64, 4096, 512)):
+        m = bench.measure_cublas(precision, shape, variant)
+        assert m.status == "ok", m.message
+        assert m.kernel == f"cublas_{precision}{variant.suffix}"
+
+
+def test_cublaslt_refuses_what_it_does_not_fuse(bench):
+    lt = CublasLt()
+    try:
+        for variant in (Variant(bias="row"), Variant(act="silu")):
+            with pytest.raises(CublasError, match="no cuBLASLt baseline"):
+                lt.gemm("fp16", 16, 16, 16, 1.0, 0, 0, 0.0, 0, variant, bias=1)
+    finally:
+        lt.close()
+
+
+def _device_array(drv, host: np.ndarray, offset_elements: int):
+    """A device copy of ``host`` starting ``offset_elements`` past a 256-byte aligned buffer."""
+    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
+    address = int(buffer) + offset_elements * host.itemsize
+    drv.memcpy_htod(address, np.ascontiguousarray(host))
+    return buffer, address
+
+
+@pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[2], POINTS[3], POINTS[4]],
+                         ids=_ids([POINTS[0], POINTS[2], POINTS[3], POINTS[4]]))
+def test_epilogue_library_called_many_times_in_one_process(bench, precision, params):
+    """The emitted launcher, loaded once and called over call_sequence's 30 shapes (thin, 1x1x1,
+    K = 1, growing and shrinking, misaligned pointers, beta = 0 into NaN and beta != 0), with a
+    fresh bias each call (at an odd offset where the others are): every result within the
+    tolerance of its float64 reference, and a missing bias refused."""
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    kernel = load_kernel(bench, config)
+    drv, variant, rng = bench.gpu.drv, config.variant, np.random.default_rng(5)
+    try:
+        if variant.bias != "none":
+            with pytest.raises(ValueError, match="bias"):
+                kernel.launch(4, 4, 4, 1.0, 0, 0, 0.0, 0)
+        for m, n, k, a_off, b_off, c_off, alpha, beta in call_sequence(13):
+            shape = Shape(m, n, k)
+            a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
+            b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
+            c0 = verify.random_matrix(rng, m, n, variant.out)
+            bias = verify.random_matrix(rng, 1, m if variant.bias == "row" else n, variant.out)
+            poisoned = np.frombuffer(b"\xff" * c0.nbytes, dtype=c0.dtype).reshape(c0.shape)  # NaN in any C type
+            buffers = []
+            try:
+                for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off), (bias, c_off)):
+                    buffers.append(_device_array(drv, host, off))
+                (_, pa), (_, pb), (_, pc), (_, pbias) = buffers
+                kernel.launch(m, n, k, alpha, pa, pb, beta, pc, bias=pbias if variant.bias != "none" else None)
+                bench.gpu.synchronize()
+                got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
+                drv.memcpy_dtoh(got, pc)
+            finally:
+                for buffer, _ in buffers:
+                    buffer.free()
+            b64 = verify.as_float64(b, precision)
+            ref, scale = verify.host_reference(verify.as_float64(a, precision), b64.T if variant.b_transposed else b64,
+                                               verify.as_float64(c0, variant.out), alpha, beta)
+            ref, scale = verify.epilogue(ref, scale, verify.as_float64(bias, variant.out), variant.bias, variant.act)
+            verdict = verify.compare(verify.as_float64(got, variant.out), ref, scale, precision, k, variant.out,
+                                     variant.act)
+            assert verdict.ok, f"{m}x{n}x{k} offsets {a_off},{b_off},{c_off} beta={beta}: {verdict.message}"
+    finally:
+        kernel.close()
