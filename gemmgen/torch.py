@@ -7,6 +7,11 @@
     >>> b = torch.rand(1024, 2048, device="cuda", dtype=torch.float16)
     >>> c = gemm(a, b)                          # fp32 a @ b, 4096 x 2048, on the current stream
 
+A kernel of another problem variant (gemmgen.problem.Variant: ``gemmgen emit ... --trans nt --out
+bf16 --bias col --act gelu``) takes its operands as it stores them and gives C in its type: for
+that one, ``gemm(x, w, bias=b)`` is ``F.gelu(F.linear(x, w, b), approximate="tanh")`` in bf16,
+with w of shape (N, K) as nn.Linear keeps it.
+
 :func:`load` takes an emitted file or a library built from one (a dispatcher too: it exports the
 same functions) and returns a :class:`GemmOp`, which calls the launcher through
 :class:`gemmgen.runtime.Launcher` on the current torch stream of A's device. The rules it checks
@@ -26,7 +31,8 @@ from gemmgen.build import DEFAULT_FLAGS, build_library
 from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.problem import Variant
 from gemmgen.runtime import Launcher
-from gemmgen.torch_checks import Operand, TensorError, build_target, check_call, dtype_for, source_target
+from gemmgen.torch_checks import (Operand, TensorError, build_target, check_call, dtype_for, out_dtype,
+                                  source_target)
 
 __all__ = ["BuildFailed", "GemmOp", "TensorError", "load"]
 
@@ -48,98 +54,136 @@ def _operand(name: str, t) -> Operand:
                    layout=str(t.layout), needs_grad=t.requires_grad and torch.is_grad_enabled())
 
 
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name.removeprefix("torch."))
+
+
 class GemmOp:
-    """One loaded launcher: ``op(a, b)`` is ``a @ b`` in fp32 through the gemmgen kernel.
+    """One loaded launcher: ``op(a, b)`` is ``a @ b`` through the gemmgen kernel, in the kernel's
+    problem variant (``variant``, gemmgen.problem.Variant): A and B as it stores them, C in its
+    type, the bias and activation it fuses.
 
     ``precision`` is the launcher's ("fp32", "tf32", "fp16" or "bf16") and ``dtype`` the torch
-    dtype it takes for A and B (tf32 kernels take torch.float32); ``launcher`` is the
-    gemmgen.runtime.Launcher underneath, ``path`` the library.
+    dtype it takes for A and B (tf32 kernels take torch.float32); ``out_dtype`` that of C and the
+    bias (the variant's ``out``); ``launcher`` is the gemmgen.runtime.Launcher underneath, ``path``
+    the library.
     """
 
     def __init__(self, launcher: Launcher, path: str | Path):
-        if launcher.variant != Variant():
-            raise InvalidParameter(f"{path} computes trans={launcher.variant.trans} into {launcher.variant.out} C; "
-                                   "gemmgen.torch calls launchers of trans=nn into fp32 C only so far")
         self.launcher = launcher
         self.path = Path(path)
         self.precision = launcher.precision
-        self.dtype: torch.dtype = getattr(torch, dtype_for(self.precision).removeprefix("torch."))
+        self.variant: Variant = launcher.variant
+        self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
+        self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
         self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first
 
     def __repr__(self) -> str:
-        return f"GemmOp({str(self.path)!r}, precision={self.precision!r})"
+        variant = "" if self.variant == Variant() else f", variant={self.variant.text!r}"
+        return f"GemmOp({str(self.path)!r}, precision={self.precision!r}{variant})"
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
-                 alpha: float = 1.0, beta: float = 0.0) -> torch.Tensor:
-        """``out = alpha * a @ b + beta * out``; returns ``out``.
+                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``out = act(alpha * op(a) @ op(b) + beta * out + bias)``; returns ``out``.
 
-        a (M x K) and b (K x N): tensors of ``self.dtype`` on one CUDA device, contiguous
-        row-major (a transposed view is refused: pass ``.contiguous()``; nothing is copied).
-        out: torch.float32 (M x N), contiguous, on that device, sharing no memory with a or b;
-        None: a new one (then beta must be 0). With beta == 0 out is not read (NaN in it does not
-        matter). alpha and beta reach the kernel as fp32.
+        a and b: tensors of ``self.dtype`` on one CUDA device, contiguous row-major (a transposed
+        view is refused: pass ``.contiguous()``; nothing is copied), as the variant stores them:
+        a is M x K (K x M for trans tn, tt), b is K x N (N x K for nt, tt: F.linear's weight, so
+        that a kernel of trans nt computes ``a @ b.T``). out: ``self.out_dtype`` (M x N),
+        contiguous, on that device, sharing no memory with a, b or bias; None: a new one (then
+        beta must be 0). bias: for a variant that adds one, a 1-D tensor of ``self.out_dtype``
+        with N values (bias=col: nn.Linear's bias, one per column of C) or M values (bias=row);
+        None otherwise. The activation (relu, gelu with the tanh approximation, silu) is the
+        variant's. With beta == 0 out is not read (NaN in it does not matter). alpha and beta
+        reach the kernel as fp32; C is rounded to its type once, at the end.
 
         The work is queued on ``torch.cuda.current_stream(a.device)`` and the call returns
         without waiting, as torch's own operations do. Empty products follow torch.addmm: M or
-        N == 0 returns out as it is; K == 0 makes out ``beta * out`` (zeros where beta == 0).
+        N == 0 returns out as it is; K == 0 makes out ``act(beta * out + bias)`` (``beta * out``,
+        zeros where beta == 0, for the variants without a bias or activation), computed by torch.
 
         Raises TensorError (gemmgen.torch_checks: the first rule broken, with the fix) before
         any work is queued, gemmgen.runtime.ShapeRefused where the kernel cannot take M, N, K
         (the launcher's reason), and gemmgen.runtime.LaunchFailed for any other CUDA error.
         """
-        if self._plain(a, b, out, beta):
-            (m, k), n = a.shape, b.shape[1]
-        else:
+        mnk = self._plain(a, b, out, beta, bias)
+        if mnk is None:
             ops = _operand("a", a), _operand("b", b), None if out is None else _operand("out", out)
-            m, n, k = check_call(self.precision, *ops, beta)
+            mnk = check_call(self.precision, *ops, beta, self.variant, None if bias is None else _operand("bias", bias))
+        m, n, k = mnk
         if out is None:
-            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+            out = torch.empty((m, n), dtype=self.out_dtype, device=a.device)
         if m == 0 or n == 0:
             return out
         if k == 0:
-            return out.zero_() if beta == 0 else out.mul_(beta)
+            return self._no_product(out, beta, bias)
         # The launcher's CUDA runtime works on the current device's primary context, torch's own;
         # switching devices costs microseconds, so only where a is on another one.
         args = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr())
+        bias_ptr = None if bias is None else bias.data_ptr()
         if a.device.index == torch.cuda.current_device():
-            self._launch(args, torch.cuda.current_stream().cuda_stream)
+            self._launch(args, torch.cuda.current_stream().cuda_stream, bias_ptr)
         else:
             with torch.cuda.device(a.device):
-                self._launch(args, torch.cuda.current_stream(a.device).cuda_stream)
+                self._launch(args, torch.cuda.current_stream(a.device).cuda_stream, bias_ptr)
         return out
 
-    def _plain(self, a, b, out, beta) -> bool:
-        """True for the everyday call -- dense, contiguous CUDA tensors of this op's dtype on one
-        device, fitting shapes, an fp32 out apart from them, no grad -- judged with torch's own
-        cheap predicates. It accepts a subset of what check_call accepts (test_gpu_torch.py
-        checks that on many tensors); anything else goes through check_call, which says what
-        is wrong."""
-        T = torch.Tensor
+    def _no_product(self, out: torch.Tensor, beta: float, bias: torch.Tensor | None) -> torch.Tensor:
+        """K == 0: C = act(beta * C + bias), in fp32, rounded once into out."""
+        if not self.variant.has_epilogue:
+            return out.zero_() if beta == 0 else out.mul_(beta)
+        x = out.float() * beta if beta != 0 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        if bias is not None:
+            x += bias.float()[None, :] if self.variant.bias == "col" else bias.float()[:, None]
+        act = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
+               "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[self.variant.act]
+        return out.copy_(act(x))
+
+    def _plain(self, a, b, out, beta, bias) -> tuple[int, int, int] | None:
+        """(M, N, K) for the everyday call -- dense, contiguous CUDA tensors of this op's dtypes on
+        one device, fitting shapes, an out apart from them, the bias the variant takes, no grad --
+        judged with torch's own cheap predicates; None for anything else. It accepts a subset of
+        what check_call accepts (test_gpu_torch.py checks that on many tensors); anything else
+        goes through check_call, which says what is wrong."""
+        T, v = torch.Tensor, self.variant
         if not (type(a) is T and type(b) is T and a.dtype is self.dtype and b.dtype is self.dtype
                 and a.layout is torch.strided and b.layout is torch.strided and a.is_cuda
-                and a.device == b.device and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
-                and a.is_contiguous() and b.is_contiguous() and max(a.shape[0], a.shape[1], b.shape[1]) <= _INT_MAX
+                and a.device == b.device and a.dim() == 2 and b.dim() == 2
+                and a.is_contiguous() and b.is_contiguous()
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
-            return False
+            return None
+        k, m = a.shape if v.a_transposed else reversed(a.shape)
+        n, k_b = b.shape if v.b_transposed else reversed(b.shape)
+        if k != k_b or max(m, n, k) > _INT_MAX:
+            return None
+        if v.bias == "none":
+            if bias is not None:
+                return None
+        elif not (type(bias) is T and bias.dtype is self.out_dtype and bias.layout is torch.strided
+                  and bias.device == a.device and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
+                  and bias.is_contiguous() and not (bias.requires_grad and torch.is_grad_enabled())):
+            return None
         if out is None:
-            return beta == 0
-        if not (type(out) is T and out.dtype is torch.float32 and out.layout is torch.strided and out.device == a.device
-                and out.shape == (a.shape[0], b.shape[1]) and out.is_contiguous()):
-            return False
-        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * 4
-        return all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo for t in (a, b))
+            return (m, n, k) if beta == 0 else None
+        if not (type(out) is T and out.dtype is self.out_dtype and out.layout is torch.strided
+                and out.device == a.device and out.shape == (m, n) and out.is_contiguous()):
+            return None
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        apart = all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo
+                    for t in (a, b, bias) if t is not None)
+        return (m, n, k) if apart else None
 
-    def _launch(self, args: tuple, stream: int) -> None:
+    def _launch(self, args: tuple, stream: int, bias: int | None = None) -> None:
         """Queue the launch: through a plan made earlier for the same arguments (the launcher's
         host work -- checks, workspace, tensor maps -- done once), else a new one, kept for
         next time. A plan is the launch it was made for, so reusing one is the same launch. Each
         thread keeps its own plans (at most _PLANS_KEPT), as the launcher keeps the workspace of
         cudaStreamPerThread per thread, and so that no thread frees a plan another is running."""
         plans = self._plans()
-        key = (*args, stream)
+        key = (*args, stream, bias)
         plan = plans.get(key)
         if plan is None:
-            plan = self.launcher.plan(*args, stream)
+            plan = self.launcher.plan(*args, stream, bias=bias) if bias is not None else self.launcher.plan(*args, stream)
             if len(plans) >= _PLANS_KEPT:
                 plans.pop(next(iter(plans))).close()
             plans[key] = plan

@@ -5,11 +5,14 @@ rules and their messages hold without PyTorch or a GPU, and tests can reach ever
 gemmgen.torch reads the values off a tensor into an :class:`Operand` and calls
 :func:`check_call`; nothing here imports torch.
 
-An emitted launcher (``gemmgen_gemm`` in templates/base.cu.j2) takes row-major A (M x K) and
-B (K x N) of its precision's element type and fp32 C (M x N), all contiguous (leading dimensions
-K, N and N), and M, N, K as C ``int``. Every rule below follows from that signature; the rules
-of the kernel itself (which M, N, K it takes) stay in the launcher, which refuses a shape with
-its own message (gemmgen.runtime.ShapeRefused).
+An emitted launcher (``gemmgen_gemm`` in templates/base.cu.j2) computes
+C = act(alpha * A @ B + beta * C + bias) for its problem variant (gemmgen.problem.Variant): it
+takes A and B of its precision's element type, contiguous row-major as the variant stores them
+(A: M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt -- F.linear's weight), C
+(M x N, contiguous) of the variant's ``out`` type, where the variant adds a bias a vector of C's
+type (M values for bias=row, N for col) right after C, and M, N, K as C ``int``. Every rule below
+follows from that signature; the rules of the kernel itself (which M, N, K it takes) stay in the
+launcher, which refuses a shape with its own message (gemmgen.runtime.ShapeRefused).
 """
 
 import re
@@ -18,11 +21,12 @@ from dataclasses import dataclass
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import GemmgenError
 from gemmgen.dtypes import PRECISIONS
+from gemmgen.problem import Variant
 from gemmgen.runtime import GpuUnavailable
 
 INT_MAX = 2**31 - 1  # the launcher takes M, N and K as C int
 
-C_DTYPE = "torch.float32"  # C is fp32 in every precision
+C_DTYPE = "torch.float32"  # C's dtype in the default variant (out=fp32)
 
 
 class TensorError(GemmgenError, ValueError):
@@ -70,6 +74,12 @@ def dtype_for(precision: str) -> str:
         raise GemmgenError(f"gemmgen.torch does not know precision {precision!r} (it knows "
                            f"{', '.join(PRECISIONS)}); is the library from a newer gemmgen?")
     return PRECISIONS[precision].torch_dtype
+
+
+def out_dtype(variant: Variant) -> str:
+    """The torch dtype name of C (and of the bias) for a launcher of ``variant``:
+    "torch.float32", "torch.float16" or "torch.bfloat16"."""
+    return PRECISIONS[variant.out].torch_dtype
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -128,14 +138,21 @@ def _overlaps(x: Operand, y: Operand) -> bool:
         and y.address < x.address + x.span_bytes
 
 
-def check_out(out: Operand, m: int, n: int, a: Operand, b: Operand) -> None:
-    """Raise TensorError unless ``out`` can be C for A (M x K) and B (K x N): a dense fp32 CUDA
-    tensor of shape (M, N), contiguous row-major, on A's device, sharing no byte with A or B."""
+# what M and N are of the stored A and B, per layout (the shape message of out)
+_MN_OF = {"nn": "a's rows x b's columns", "nt": "a's rows x b's rows", "tn": "a's columns x b's columns",
+          "tt": "a's columns x b's rows"}
+
+
+def check_out(out: Operand, m: int, n: int, a: Operand, b: Operand, variant: Variant = Variant()) -> None:
+    """Raise TensorError unless ``out`` can be C of M x N for A and B: a dense CUDA tensor of
+    C's dtype for ``variant`` (:func:`out_dtype`) of shape (M, N), contiguous row-major, on A's
+    device, sharing no byte with A or B."""
     if tuple(out.shape) != (m, n):
-        raise TensorError(f"out must be {m} x {n} (a's rows x b's columns); it has shape {tuple(out.shape)}")
-    if out.dtype != C_DTYPE:
-        raise TensorError(f"out is {out.dtype}; gemmgen kernels write C in {C_DTYPE}: make it with "
-                          f"torch.empty({m}, {n}, dtype={C_DTYPE}, device=a.device)")
+        raise TensorError(f"out must be {m} x {n} ({_MN_OF[variant.trans]}); it has shape {tuple(out.shape)}")
+    want = out_dtype(variant)
+    if out.dtype != want:
+        raise TensorError(f"out is {out.dtype}; this kernel writes C in {want} (out={variant.out}): make it with "
+                          f"torch.empty({m}, {n}, dtype={want}, device=a.device)")
     _check_dense_cuda("out", out)
     if out.device != a.device:
         raise TensorError(f"out is on {out.device} and a on {a.device}; put them on one device")
@@ -146,31 +163,79 @@ def check_out(out: Operand, m: int, n: int, a: Operand, b: Operand) -> None:
                               "pass an out of its own")
 
 
-def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta: float) -> tuple[int, int, int]:
-    """Check the operands of C = alpha * A @ B + beta * C for a launcher of ``precision``;
-    return (M, N, K). ``out`` None: gemmgen.torch allocates C, which needs ``beta == 0``.
+def check_bias(bias: Operand | None, m: int, n: int, a: Operand, out: Operand | None,
+               variant: Variant = Variant()) -> None:
+    """Raise TensorError unless ``bias`` is what ``variant`` adds: None where it adds none; else a
+    dense 1-D CUDA tensor of C's dtype with M values (bias=row) or N values (bias=col),
+    contiguous, on A's device, sharing no byte with out (C is written while the bias is read)."""
+    if variant.bias == "none":
+        if bias is not None:
+            raise TensorError(f"bias was given, but this kernel adds no bias (variant {variant.text}): pass no bias, "
+                              "or emit a kernel that adds one (gemmgen emit ... --bias col: N values, one per column "
+                              "of C; --bias row: M values)")
+        return
+    count, what = (n, "N values, one per column of C") if variant.bias == "col" else (m, "M values, one per row of C")
+    want = out_dtype(variant)
+    if bias is None:
+        raise TensorError(f"this kernel adds a bias (variant {variant.text}): pass bias=, a tensor of shape ({count},) "
+                          f"({what}) of {want}")
+    if tuple(bias.shape) != (count,):
+        raise TensorError(f"bias must have shape ({count},) ({what}, bias={variant.bias}); it has shape "
+                          f"{tuple(bias.shape)}")
+    if bias.dtype != want:
+        raise TensorError(f"bias is {bias.dtype}; this kernel reads the bias in C's type, {want}: convert it with "
+                          f"bias.to({want})")
+    _check_dense_cuda("bias", bias)
+    if bias.device != a.device:
+        raise TensorError(f"bias is on {bias.device} and a on {a.device}; put them on one device")
+    _check_row_major("bias", bias)
+    if out is not None and _overlaps(out, bias):
+        raise TensorError("out overlaps bias in memory; C is written while the bias is read: pass an out of its own")
+
+
+def _dims(name: str, t: Operand, transposed: bool, trans: str) -> str:
+    rows, cols = t.shape
+    if not transposed:
+        return f"{name} is {rows} x {cols}"
+    stored = "K x M" if name == "a" else "N x K"
+    linear = "" if name == "a" else ", as F.linear's weight"
+    return f"{name} is {rows} x {cols} ({stored}: trans={trans} takes {name.upper()} stored transposed{linear})"
+
+
+def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta: float,
+               variant: Variant = Variant(), bias: Operand | None = None) -> tuple[int, int, int]:
+    """Check the operands of C = act(alpha * A @ B + beta * C + bias) for a launcher of
+    ``precision`` and ``variant``; return (M, N, K). A and B are as the variant stores them (A:
+    M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt). ``out`` None: gemmgen.torch
+    allocates C, which needs ``beta == 0``.
 
     Raises TensorError (one message, naming the tensor and the fix) for the first rule broken:
-    A and B as :func:`check_input` says, on one device, A's columns equal to B's rows, each of
-    M, N, K at most 2^31 - 1; then C as :func:`check_out` says. Empty dimensions pass (M, N or
-    K may be 0); whether the kernel takes a shape is the launcher's to say.
+    A and B as :func:`check_input` says, on one device, their K sides equal, each of M, N, K at
+    most 2^31 - 1; then C as :func:`check_out` says, then the bias as :func:`check_bias` says.
+    Empty dimensions pass (M, N or K may be 0); whether the kernel takes a shape is the
+    launcher's to say.
     """
     check_input("a", a, precision)
     check_input("b", b, precision)
     if a.device != b.device:
         raise TensorError(f"a is on {a.device} and b on {b.device}; put both on one device")
-    (m, k), (k_b, n) = a.shape, b.shape
+    (m, k) = reversed(a.shape) if variant.a_transposed else a.shape
+    (k_b, n) = reversed(b.shape) if variant.b_transposed else b.shape
     if k != k_b:
-        raise TensorError(f"a is {m} x {k} and b is {k_b} x {n}: a's columns (K={k}) must equal b's rows ({k_b})")
+        raise TensorError(f"{_dims('a', a, variant.a_transposed, variant.trans)} and "
+                          f"{_dims('b', b, variant.b_transposed, variant.trans)}: "
+                          f"a's {'rows' if variant.a_transposed else 'columns'} (K={k}) must equal "
+                          f"b's {'columns' if variant.b_transposed else 'rows'} ({k_b})")
     for dim, size in (("M", m), ("N", n), ("K", k)):
         if size > INT_MAX:
             raise TensorError(f"{dim}={size} is larger than the launcher's int takes ({INT_MAX}); split the product")
     if out is None:
         if beta != 0:
             raise TensorError(f"beta={beta!r} adds beta * out to the product, and no out was given: pass out "
-                              "(fp32, M x N), or beta=0")
+                              f"({variant.out}, M x N), or beta=0")
     else:
-        check_out(out, m, n, a, b)
+        check_out(out, m, n, a, b, variant)
+    check_bias(bias, m, n, a, out, variant)
     return m, n, k
 
 

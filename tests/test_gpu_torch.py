@@ -4,7 +4,9 @@ tensors in ONE process, kernels and odd shapes in a shuffled order, with out all
 NaN-poisoned, and accumulated into (beta != 0); every result is judged against torch's float64
 product by gemmgen.verify (the bounds of gemmgen/tolerance.py). Then: the work goes on torch's
 current stream (a side stream kept busy first), a call from another thread, empty products, and
-each of gemmgen.torch's refusals raised through real tensors.
+each of gemmgen.torch's refusals raised through real tensors. Last, a problem variant (sm_90): a
+hopper kernel, and a dispatcher of two, computing F.gelu(F.linear(x, w, b), approximate="tanh")
+in bf16 (trans nt, bf16 C, a bias per column, tanh-GELU), against float64 and against torch.
 """
 
 import random
@@ -252,12 +254,46 @@ def test_the_quick_check_accepts_only_what_the_full_check_accepts(ops):
     cases.append((raw.view(dt)[: 64 * 32].view(64, 32), b, raw.view(64, 48), 0.0))
     quick = 0
     for i, (x, y, z, beta) in enumerate(cases):
-        if not op._plain(x, y, z, beta):
+        found = op._plain(x, y, z, beta, None)
+        if found is None:
             continue
         quick += 1
         ops_ = _operand("a", x), _operand("b", y), None if z is None else _operand("out", z)
-        assert check_call(op.precision, *ops_, beta) == (x.shape[0], y.shape[1], x.shape[1]), f"case {i}"
+        assert check_call(op.precision, *ops_, beta) == found == (x.shape[0], y.shape[1], x.shape[1]), f"case {i}"
     assert quick >= 4  # the good calls did take the quick path
+
+
+def test_the_quick_check_of_a_variant_accepts_only_what_the_full_check_accepts(linear_ops):
+    """As above, for nt / bf16 C / col bias: w is N x K, out bf16, the bias N values of bf16."""
+    from gemmgen.torch import _operand
+    from gemmgen.torch_checks import check_call
+
+    op = linear_ops["kernel"]
+    bf = torch.bfloat16
+    x, w, out = (torch.rand(64, 32, device="cuda", dtype=bf), torch.rand(48, 32, device="cuda", dtype=bf),
+                 torch.empty(64, 48, device="cuda", dtype=bf))
+    b = torch.rand(48, device="cuda", dtype=bf)
+    raw = torch.empty(64 * 48 + 48, device="cuda", dtype=bf)
+    cases = [
+        (x, w, None, 0.0, b), (x, w, out, 0.0, b), (x, w, out, 0.5, b), (x, w, None, 0.5, b), (x, w, out, 0.0, None),
+        (x, w.t().contiguous(), out, 0.0, b), (x, w, out.float(), 0.0, b), (x, w, out, 0.0, b.float()),
+        (x, w, out, 0.0, b[:47]), (x, w, out, 0.0, torch.rand(64, device="cuda", dtype=bf)), (x, w, out, 0.0, b[None]),
+        (x, w, out, 0.0, torch.rand(96, device="cuda", dtype=bf)[::2]), (x, w, out, 0.0, b.cpu()),
+        (x, w, out, 0.0, b.clone().requires_grad_(True)), (x.float(), w, out, 0.0, b), (x, w[:, :16], out, 0.0, b),
+        (x, w, raw[:64 * 48].view(64, 48), 0.0, raw[64 * 48:]),  # apart, in one buffer
+        (x, w, raw[48:].view(64, 48), 0.0, raw[:48]),  # the bias right before out
+        (x, w, raw[:64 * 48].view(64, 48), 0.0, raw[64 * 48 - 1:64 * 48 + 47]),  # the bias overlaps out
+    ]
+    quick = 0
+    for i, (p, q, z, beta, bias) in enumerate(cases):
+        found = op._plain(p, q, z, beta, bias)
+        if found is None:
+            continue
+        quick += 1
+        ops_ = (_operand("a", p), _operand("b", q), None if z is None else _operand("out", z),
+                beta, op.variant, None if bias is None else _operand("bias", bias))
+        assert check_call(op.precision, *ops_) == found == (p.shape[0], q.shape[0], p.shape[1]), f"case {i}"
+    assert quick >= 3
 
 
 def test_a_repeated_call_reuses_its_launch_and_stays_right(ops):
@@ -280,3 +316,142 @@ def test_a_repeated_call_reuses_its_launch_and_stays_right(ops):
         assert verdict.ok, f"{m}x{n}x{k}: {verdict.message}"
         assert len(op._plans()) == before + (0 if (m, n, k) in seen else 1)
         seen.add((m, n, k))
+
+
+# ---- a problem variant: F.gelu(F.linear(x, w, b), approximate="tanh") in bf16 ----
+
+F = torch.nn.functional
+LINEAR_SHAPES = [(17, 33, 65), (1000, 1000, 1000), (16, 4096, 4096), (128, 11008, 4096), (4095, 4097, 33), (1, 1, 1),
+                 (257, 130, 1), (3000, 1, 2000)]
+
+
+def _linear_config(arch, **params):
+    """hopper_bf16 computing the variant nt / bf16 C / col bias / tanh-GELU (overlap=0: overlap's
+    fp32 boxes of C hold no epilogue)."""
+    from gemmgen.config import make_config
+
+    return make_config("hopper", {**NAMED_POINTS["hopper_bf16"].params, "overlap": 0, "trans": "nt", "out": "bf16",
+                                  "bias": "col", "act": "gelu", **params}, "bf16", arch)
+
+
+@pytest.fixture(scope="module")
+def linear_ops(arch, tmp_path_factory, build_cache):
+    """name -> GemmOp of the variant, loaded by gemmgen.torch.load: a kernel's .cu file, and a
+    dispatcher (`emit --dispatch`) of two kernels of it, one of them swap-AB for thin M."""
+    if arch.cc != 90:
+        pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {arch.name}")
+    from gemmgen.dispatch.emit import render_dispatcher
+    from gemmgen.dispatch.select import DispatchPlan, Served
+    from gemmgen.problem import Shape, Variant
+
+    folder = tmp_path_factory.mktemp("linear")
+    big, thin = _linear_config(arch), _linear_config(arch, BM=32, BN=128, consumers=1, swap=1)
+    (folder / "kernel.cu").write_text(render_kernel(big))
+    plan = DispatchPlan("bf16", arch, (big, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, big.name, 1.0),
+                                                    Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
+                        ("test",), Variant("nt", "bf16", "col", "gelu"))
+    (folder / "dispatcher.cu").write_text(render_dispatcher(plan, ["--dispatch"]))
+    with ThreadPoolExecutor(2) as pool:
+        loaded = {name: pool.submit(gt.load, folder / f"{name}.cu") for name in ("kernel", "dispatcher")}
+        return {name: future.result() for name, future in loaded.items()}
+
+
+def linear_inputs(np_rng, m, n, k):
+    """x (M x K), w (N x K: nn.Linear's weight) and b (N): uniform(-1, 1) rounded to bf16."""
+    return (random_input(np_rng, m, k, torch.bfloat16), random_input(np_rng, n, k, torch.bfloat16),
+            random_input(np_rng, 1, n, torch.bfloat16).reshape(n))
+
+
+def judge_linear(c, x, w, b, c0=None, alpha=1.0, beta=0.0):
+    """gemmgen.verify's verdict on C = gelu(alpha * x @ w^T + beta * C0 + b) (bf16 C, tanh GELU)
+    against the float64 result of the values the kernel read, by the bounds of tolerance.py."""
+    x64, w64 = x.double(), w.double()
+    ref = alpha * (x64 @ w64.T)
+    scale = abs(alpha) * (x64.abs() @ w64.abs().T)
+    if beta != 0:
+        ref += beta * c0.double()
+        scale += (beta * c0.double()).abs()
+    ref, scale = verify.epilogue(ref.cpu().numpy(), scale.cpu().numpy(), b.double().cpu().numpy(), "col", "gelu")
+    return verify.compare(c.float().cpu().numpy(), ref, scale, "bf16", x.shape[1], "bf16", "gelu")
+
+
+def close_to(c, expected):
+    """Empty where C is as close to torch's bf16 ``expected`` as two bf16 results of one product
+    are (each rounded to bf16, torch's twice: after the linear and after the GELU; torch's bf16
+    GEMM may also reduce partial sums in bf16): in norm within 2^-6 of it, and elementwise within
+    2^-5 of each element plus 2^-6 of the elements' RMS; else what differs. (A missing bias or
+    GELU, or a wrong tile, is 10^-2 to 1 apart in norm.)"""
+    c, expected = c.float(), expected.float()
+    diff = (c - expected).abs()
+    rms = expected.pow(2).mean().sqrt()
+    norm = (diff.norm() / expected.norm()).item() if expected.norm() > 0 else diff.norm().item()
+    over = diff > 2.0**-5 * expected.abs() + 2.0**-6 * rms
+    if norm <= 2.0**-6 and not over.any():
+        return ""
+    i, j = (int(v) for v in torch.nonzero(over)[0]) if over.any() else (0, 0)
+    return (f"relative Frobenius difference {norm:.2e}, {int(over.sum())} element(s) apart, the first "
+            f"[{i}][{j}]: {c[i, j].item()!r} against torch's {expected[i, j].item()!r}")
+
+
+@pytest.mark.parametrize("which", ["kernel", "dispatcher"])
+def test_nt_bf16_bias_gelu_is_torchs_gelu_of_linear(linear_ops, which):
+    """op(x, w, bias=b) with w as nn.Linear keeps it (N x K): bf16 C, right by gemmgen.verify's
+    float64 check and as close to F.gelu(F.linear(x, w, b), approximate="tanh") as bf16 allows;
+    also with out given (NaN-poisoned) and accumulated into (beta != 0)."""
+    op, np_rng, failures = linear_ops[which], np.random.default_rng(SEED), []
+    assert (op.dtype, op.out_dtype, op.variant.text) == (torch.bfloat16, torch.bfloat16, "nt bf16 col gelu")
+    for m, n, k in LINEAR_SHAPES:
+        x, w, b = linear_inputs(np_rng, m, n, k)
+        with torch.no_grad():
+            expected = F.gelu(F.linear(x, w, b), approximate="tanh")
+        c = op(x, w, bias=b)
+        assert c.shape == (m, n) and c.dtype == torch.bfloat16 and c.device == x.device
+        verdict = judge_linear(c, x, w, b)
+        if not verdict.ok:
+            failures.append(f"{m}x{n}x{k}: {verdict.message}")
+        if (apart := close_to(c, expected)):
+            failures.append(f"{m}x{n}x{k} against torch: {apart}")
+        poisoned = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        assert op(x, w, poisoned, bias=b) is poisoned
+        if (apart := close_to(poisoned, expected)):
+            failures.append(f"{m}x{n}x{k} into a NaN-filled out: {apart}")
+        c0 = random_input(np_rng, m, n, torch.bfloat16)
+        out = c0.clone()
+        op(x, w, out, alpha=1.25, beta=-0.75, bias=b)
+        verdict = judge_linear(out, x, w, b, c0, 1.25, -0.75)
+        if not verdict.ok:
+            failures.append(f"{m}x{n}x{k}, alpha 1.25, beta -0.75: {verdict.message}")
+    assert not failures, "\n".join(failures)
+    if which == "dispatcher":
+        assert op.choice(16, 4096, 4096) != op.choice(4096, 4096, 4096)  # both kernels were used
+
+
+def test_the_variants_empty_products_and_refusals(linear_ops, ops):
+    op = linear_ops["kernel"]
+    x, w, b = (torch.rand(4, 0, device="cuda", dtype=torch.bfloat16),
+               torch.rand(3, 0, device="cuda", dtype=torch.bfloat16),
+               torch.rand(3, device="cuda", dtype=torch.bfloat16) - 0.5)
+    with torch.no_grad():  # K = 0: gelu(b) in every row, as torch gives it
+        torch.testing.assert_close(op(x, w, bias=b), F.gelu(F.linear(x, w, b), approximate="tanh"))
+    assert op(torch.rand(0, 5, device="cuda", dtype=torch.bfloat16), torch.rand(3, 5, device="cuda", dtype=torch.bfloat16),
+              bias=b).shape == (0, 3)
+    x, w = torch.rand(4, 5, device="cuda", dtype=torch.bfloat16), torch.rand(3, 5, device="cuda", dtype=torch.bfloat16)
+    with refused("this kernel adds a bias (variant nt bf16 col gelu): pass bias=, a tensor of shape (3,) (N values, "
+                 "one per column of C) of torch.bfloat16"):
+        op(x, w)
+    with refused("a is 4 x 5 and b is 5 x 3 (N x K: trans=nt takes B stored transposed, as F.linear's weight): a's "
+                 "columns (K=5) must equal b's columns (3)"):
+        op(x, w.t().contiguous(), bias=b)
+    with refused("out is torch.float32; this kernel writes C in torch.bfloat16 (out=bf16): make it with "
+                 "torch.empty(4, 3, dtype=torch.bfloat16, device=a.device)"):
+        op(x, w, torch.empty(4, 3, device="cuda"), bias=b)
+    with refused("bias is torch.float32; this kernel reads the bias in C's type, torch.bfloat16: convert it with "
+                 "bias.to(torch.bfloat16)"):
+        op(x, w, bias=b.float())
+    with refused("bias must have shape (3,) (N values, one per column of C, bias=col); it has shape (4,)"):
+        op(x, w, bias=torch.rand(4, device="cuda", dtype=torch.bfloat16))
+    assert repr(op).endswith(", precision='bf16', variant='nt bf16 col gelu')")
+    with refused("bias was given, but this kernel adds no bias (variant nn fp32 none none): pass no bias, or emit a "
+                 "kernel that adds one (gemmgen emit ... --bias col: N values, one per column of C; --bias row: M "
+                 "values)"):
+        ops["v4"](torch.rand(4, 5, device="cuda"), torch.rand(5, 3, device="cuda"), bias=torch.rand(3, device="cuda"))

@@ -11,10 +11,11 @@ import pytest
 from gemmgen.arch import parse_arch
 from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.points import NAMED_POINTS
+from gemmgen.problem import Variant
 from gemmgen.render import render_kernel
 from gemmgen.runtime import GpuUnavailable
 from gemmgen.torch_checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
-                                  is_row_major, row_major_strides, runs_on, source_target)
+                                  is_row_major, out_dtype, row_major_strides, runs_on, source_target)
 
 ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
 
@@ -139,7 +140,7 @@ def test_beta_needs_an_out():
 def test_out_must_be_fp32_m_by_n_contiguous_on_a_device():
     with refused("out must be 100 x 32 (a's rows x b's columns); it has shape (32, 100)"):
         check_call("fp16", A, B, mat((32, 100), "torch.float32", address=0x300000), 0.0)
-    with refused("out is torch.float16; gemmgen kernels write C in torch.float32: make it with "
+    with refused("out is torch.float16; this kernel writes C in torch.float32 (out=fp32): make it with "
                  "torch.empty(100, 32, dtype=torch.float32, device=a.device)"):
         check_call("fp16", A, B, mat((100, 32), "torch.float16", address=0x300000), 0.0)
     with refused("out is on cpu; gemmgen kernels take CUDA tensors: move it with out.cuda() (or .to('cuda:N'))"):
@@ -203,3 +204,82 @@ def test_build_target_refuses_what_the_gpu_cannot_run():
             "a kernel built for sm_90 cannot run on this GPU (sm_80): code for a newer GPU does not run on an older "
             "one; emit it for this GPU (gemmgen emit ... --gpu sm_80)")):
         build_target(None, "sm_90", 80)
+
+
+
+# ---- problem variants: layouts, C's type, the bias ----
+
+LINEAR = Variant("nt", "bf16", "col", "gelu")  # F.gelu(F.linear(x, w, b), approximate="tanh")
+X = mat((100, 64), "torch.bfloat16", address=0x100000)  # M x K
+W = mat((32, 64), "torch.bfloat16", address=0x200000)  # N x K: F.linear's weight
+Y = mat((100, 32), "torch.bfloat16", address=0x300000)
+BIAS = mat((32,), "torch.bfloat16", address=0x400000)
+
+
+def test_out_dtype_is_the_variants():
+    assert [out_dtype(Variant(out=o)) for o in ("fp32", "fp16", "bf16")] == [
+        "torch.float32", "torch.float16", "torch.bfloat16"]
+
+
+def test_each_layout_reads_a_and_b_as_stored():
+    assert check_call("bf16", X, W, Y, 0.5, LINEAR, BIAS) == (100, 32, 64)
+    assert check_call("bf16", X, W, None, 0.0, LINEAR, BIAS) == (100, 32, 64)
+    xt = mat((64, 100), "torch.bfloat16", address=0x100000)  # K x M
+    b = mat((64, 32), "torch.bfloat16", address=0x200000)
+    assert check_call("bf16", xt, b, None, 0.0, Variant("tn", "bf16")) == (100, 32, 64)
+    assert check_call("bf16", xt, W, None, 0.0, Variant("tt")) == (100, 32, 64)
+    with refused("a is 100 x 64 and b is 64 x 32 (N x K: trans=nt takes B stored transposed, as F.linear's "
+                 "weight): a's columns (K=64) must equal b's columns (32)"):
+        check_call("bf16", X, b, None, 0.0, Variant("nt", "bf16"))
+    with refused("a is 100 x 64 (K x M: trans=tn takes A stored transposed) and b is 64 x 32: a's rows (K=100) must "
+                 "equal b's rows (64)"):
+        check_call("bf16", X, b, None, 0.0, Variant("tn"))
+    with refused("out must be 100 x 32 (a's rows x b's rows); it has shape (32, 100)"):
+        check_call("bf16", X, W, mat((32, 100), "torch.bfloat16", address=0x300000), 0.0, LINEAR, BIAS)
+
+
+def test_out_is_of_the_variants_type():
+    with refused("out is torch.float32; this kernel writes C in torch.bfloat16 (out=bf16): make it with "
+                 "torch.empty(100, 32, dtype=torch.bfloat16, device=a.device)"):
+        check_call("bf16", X, W, mat((100, 32), "torch.float32", address=0x300000), 0.0, LINEAR, BIAS)
+    with refused("beta=0.5 adds beta * out to the product, and no out was given: pass out (bf16, M x N), or beta=0"):
+        check_call("bf16", X, W, None, 0.5, LINEAR, BIAS)
+    fp16_c = Variant("nn", "fp16")
+    with refused("out is torch.bfloat16; this kernel writes C in torch.float16 (out=fp16): make it with "
+                 "torch.empty(100, 32, dtype=torch.float16, device=a.device)"):
+        check_call("fp16", A, B, mat((100, 32), "torch.bfloat16", address=0x300000), 0.0, fp16_c)
+
+
+def test_the_bias_is_what_the_variant_adds():
+    with refused("this kernel adds a bias (variant nt bf16 col gelu): pass bias=, a tensor of shape (32,) (N values, "
+                 "one per column of C) of torch.bfloat16"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR)
+    with refused("bias was given, but this kernel adds no bias (variant nt bf16 none gelu): pass no bias, or emit a "
+                 "kernel that adds one (gemmgen emit ... --bias col: N values, one per column of C; --bias row: M "
+                 "values)"):
+        check_call("bf16", X, W, Y, 0.0, Variant("nt", "bf16", act="gelu"), BIAS)
+    with refused("bias must have shape (32,) (N values, one per column of C, bias=col); it has shape (100,)"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((100,), "torch.bfloat16", address=0x400000))
+    with refused("bias must have shape (100,) (M values, one per row of C, bias=row); it has shape (32,)"):
+        check_call("bf16", X, W, Y, 0.0, Variant("nt", "bf16", "row"), BIAS)
+    assert check_call("bf16", X, W, Y, 0.0, Variant("nt", "bf16", "row"),
+                      mat((100,), "torch.bfloat16", address=0x400000)) == (100, 32, 64)
+    with refused("bias must have shape (32,) (N values, one per column of C, bias=col); it has shape (1, 32)"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((1, 32), "torch.bfloat16", address=0x400000))
+    with refused("bias is torch.float32; this kernel reads the bias in C's type, torch.bfloat16: convert it with "
+                 "bias.to(torch.bfloat16)"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.float32", address=0x400000))
+    with refused("bias is on cpu; gemmgen kernels take CUDA tensors: move it with bias.cuda() (or .to('cuda:N'))"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x400000, device="cpu"))
+    with refused("bias is on cuda:1 and a on cuda:0; put them on one device"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x400000, device="cuda:1"))
+    with refused("bias requires grad, and gemmgen kernels have no backward: call under torch.no_grad() or "
+                 "torch.inference_mode(), or pass bias.detach()"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x400000, needs_grad=True))
+    with refused("bias is not contiguous row-major: shape (32,) with strides (2,), where row-major has (1,); pass "
+                 "bias.contiguous() (gemmgen does not copy it for you)"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x400000, stride=(2,)))
+    with refused("out overlaps bias in memory; C is written while the bias is read: pass an out of its own"):
+        check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x300000 + 100 * 32 * 2 - 2))
+    # the bias may share memory with A or B (all are read)
+    assert check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x200000)) == (100, 32, 64)
