@@ -281,7 +281,7 @@ def test_gemmgen_tune_with_variant_options(tmp_path, capsys, fake_gpu):
     assert main(argv) == 0
     out, err = capsys.readouterr()
     study = "hopper-bf16_nt_obf16_bcol_gelu-sm_90-256x256x256"
-    assert f"gemmgen tune: hopper bf16_nt_obf16_bcol_gelu at 256x256x256 on GPU0" in err
+    assert "gemmgen tune: hopper bf16_nt_obf16_bcol_gelu at 256x256x256 on GPU0" in err
     assert out.startswith(f"study {study}: 3 trials")
     assert "emit: gemmgen emit best --family hopper --precision bf16 --shape 256x256x256 --trans nt --out bf16 " \
            "--bias col --act gelu --gpu sm_90" in out
