@@ -61,3 +61,23 @@ def test_shape_distance_is_symmetric_in_log_space():
     a, b = Shape(16, 4096, 4096), Shape(128, 4096, 4096)
     assert shape_distance(a, b) == shape_distance(b, a) == pytest.approx(3 * 0.6931471805599453)
     assert shape_distance(a, a) == 0
+
+
+def test_kernels_are_ranked_within_their_variant_against_its_cublas(db):
+    """A kernel of nt/bf16/col/gelu is judged against cuBLAS's rows of that variant only, and never
+    competes with kernels of another variant (which compute another product)."""
+    from gemmgen.problem import Variant
+
+    shape, linear = Shape(128, 4096, 4096), Variant("nt", "bf16", "col", "gelu")
+    store(db, "cublas_bf16", "cublas", "bf16", shape, 600.0)
+    store(db, "hopper_128x256_c2_s4_g8_ov_bf16", "hopper", "bf16", shape, 590.0)
+    store(db, "cublas_bf16_nt_obf16_bcol_gelu", "cublas", "bf16", shape, 400.0)
+    store(db, "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", "hopper", "bf16", shape, 420.0)
+    store(db, "hopper_64x128_c1_s5_bf16_nt_obf16", "hopper", "bf16", shape, 700.0)  # no cuBLAS of its variant
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90, variant=linear)] == [
+        ("hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", pytest.approx(420.0 / 400.0))]
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90)] == [
+        ("hopper_128x256_c2_s4_g8_ov_bf16", pytest.approx(590.0 / 600.0))]
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90, variant=Variant("nt", "bf16"))] == [
+        ("hopper_64x128_c1_s5_bf16_nt_obf16", None)]
+    assert best(db, "bf16", shape, SM90, variant=Variant("nt", "bf16", "row", "gelu")) is None
