@@ -52,8 +52,8 @@ def test_families_refuse_an_epilogue_they_do_not_fuse():
         make_config("warp", {"bias": "col"}, "fp32")
     with pytest.raises(InvalidPoint, match="family warp applies act=none only, not act=gelu"):
         make_config("warp", {"act": "gelu"}, "fp32")
-    with pytest.raises(InvalidPoint, match="overlap=1 holds alpha"):
-        make_config("hopper", {"overlap": 1, "act": "relu"}, "fp16")
+    with pytest.raises(InvalidPoint, match="overlap=1 staggers the TMA-store epilogue"):
+        make_config("hopper", {"overlap": 1, "swap": 1, "BM": 32, "BN": 128, "act": "relu"}, "fp16")
 
 
 def test_hopper_source_takes_the_bias_after_c_everywhere():
@@ -65,6 +65,10 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     assert "gg_epilogue<__nv_bfloat16>(alpha * x, bias, r, c)" in source  # before the TMA-store boxes
     assert 'return "nt bf16 col gelu";' in source
     assert "C = gelu(alpha * A @ B + beta * C + bias)" in source
+    held = render_kernel(make_config("hopper", {**POINT, "overlap": 1, "bias": "col", "act": "gelu"}, "bf16"))
+    assert "held[i] = acc[0][64 + i];" in held  # alpha and the epilogue already applied in the registers
+    # the right half (columns 128..255) in two boxes of 64 bf16 columns
+    assert "held_col + 2 * 64 < N" in held and "held_col + 3 * 64 < N" in held and "held_col + 4 * 64" not in held
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
     assert "gg_epilogue<__nv_bfloat16>" not in plain and "const __nv_bfloat16* bias" not in plain
     assert "__nv_bfloat16* C, cudaStream_t stream)" in plain

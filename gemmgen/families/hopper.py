@@ -47,7 +47,8 @@ tf32's accumulators hold C^T; each thread stores them straight to C (each store 
 
 With ``overlap`` = 1 (coop, fp16/bf16, one m64 row block per consumer, BN a multiple of 128) a
 consumer stores only the left half of a tile's C at once: the right half's accumulators move,
-times alpha, to registers of their own (``held``) and go out one box per k tile during the next
+times alpha and through the variant's epilogue, to registers of their own (``held``, fp32 for any
+C type) and go out one box (32 fp32 or 64 16-bit columns) per k tile during the next
 item's first k tiles, after its wgmmas are issued, so the tensor cores multiply meanwhile; what an
 item of fewer k tiles leaves is stored after its k loop, and the last tile's half at the end.
 
@@ -143,11 +144,6 @@ def check(p, precision, d):
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
     if d["TF32_FRAGS"] and (p["trans"] != "nn" or p["out"] != "fp32"):
         v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major B)")
-    if p["overlap"] and p["out"] != "fp32":
-        v.append(f"overlap=1 holds fp32 boxes of C; out={p['out']} stores without it: use overlap=0")
-    if p["overlap"] and (p["bias"] != "none" or p["act"] != "none"):
-        v.append(f"overlap=1 holds alpha * the accumulators for a later store; the epilogue (bias={p['bias']}, "
-                 f"act={p['act']}) is applied without it: use overlap=0")
     if p["swap"] and d["TF32_FRAGS"]:
         v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
     if p["BM"] < 64 and not d["SWAP_AB"]:
