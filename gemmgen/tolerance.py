@@ -34,9 +34,10 @@ With an epilogue (gemmgen.problem.Variant: C = act(x + bias), x = alpha * A @ B 
 bias joins the terms (``scale`` gains ``|bias|``: it is added in fp32, one more rounding, within
 the ``+ 2``) and the activation passes x's error on, at most ``lipschitz`` times (the largest
 slope of ReLU is 1, of tanh-GELU 1.13, of SiLU 1.1), and adds its own: ``u_act * scale``, with
-``u_act`` = 2^-18 for GELU and SiLU (the kernels' exp is the fast hardware one, a few ulp off,
-more for large |x|; |x| <= scale) and 0 for ReLU. Both tolerances become
-``lipschitz * tol + u_act``.
+``u_act`` = 2^-18 for GELU and SiLU into fp32 C (the kernels' exp is the fast hardware one, a
+few ulp off, more for large |x|; |x| <= scale), 2^-11 into fp16/bf16 C (the hardware tanh, about
+2^-11 relative, times 0.5 |x|: below the store's own rounding), and 0 for ReLU. Both tolerances
+become ``lipschitz * tol + u_act``.
 """
 
 import math
@@ -47,6 +48,11 @@ from gemmgen.dtypes import PRECISIONS
 # error of the kernels' fp32 evaluation relative to scale, as described above.
 LIPSCHITZ = {"none": 1.0, "relu": 1.0, "gelu": 1.13, "silu": 1.1}
 U_ACT = {"none": 0.0, "relu": 0.0, "gelu": 2.0**-18, "silu": 2.0**-18}
+U_ACT_16 = {"none": 0.0, "relu": 0.0, "gelu": 2.0**-11, "silu": 2.0**-11}  # into fp16/bf16 C
+
+
+def _u_act(act: str, out: str) -> float:
+    return (U_ACT if out == "fp32" else U_ACT_16)[act]
 
 
 def _u_out(out: str) -> float:
@@ -60,14 +66,14 @@ def elementwise_tolerance(precision: str, k: int, out: str = "fp32", act: str = 
     """elem_tol: ``|C - ref| <= elem_tol * scale`` must hold for every element; ``out`` is the
     type C is stored in, ``act`` the epilogue's activation."""
     u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
-    return LIPSCHITZ[act] * 2.0 * (2.0 * u_in + (k + 2) * u_acc + _u_out(out)) + U_ACT[act]
+    return LIPSCHITZ[act] * 2.0 * (2.0 * u_in + (k + 2) * u_acc + _u_out(out)) + _u_act(act, out)
 
 
 def normwise_tolerance(precision: str, k: int, out: str = "fp32", act: str = "none") -> float:
     """norm_tol: ``||C - ref||_F <= norm_tol * normwise_norm(...)`` must hold; ``out``, ``act``
     as above."""
     u_in, u_acc = PRECISIONS[precision].u_in, PRECISIONS[precision].u_acc
-    return LIPSCHITZ[act] * (2.0 * u_in + 4.0 * math.sqrt(k) * u_acc + 2.0 * _u_out(out)) + U_ACT[act]
+    return LIPSCHITZ[act] * (2.0 * u_in + 4.0 * math.sqrt(k) * u_acc + 2.0 * _u_out(out)) + _u_act(act, out)
 
 
 def normwise_norm(ref_norm: float, scale_norm: float, k: int) -> float:
