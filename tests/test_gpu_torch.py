@@ -326,8 +326,7 @@ LINEAR_SHAPES = [(17, 33, 65), (1000, 1000, 1000), (16, 4096, 4096), (128, 11008
 
 
 def _linear_config(arch, **params):
-    """hopper_bf16 computing the variant nt / bf16 C / col bias / tanh-GELU (overlap=0: overlap's
-    fp32 boxes of C hold no epilogue)."""
+    """hopper_bf16 (with ``params``) computing the variant nt / bf16 C / col bias / tanh-GELU."""
     from gemmgen.config import make_config
 
     return make_config("hopper", {**NAMED_POINTS["hopper_bf16"].params, "overlap": 0, "trans": "nt", "out": "bf16",
@@ -336,8 +335,9 @@ def _linear_config(arch, **params):
 
 @pytest.fixture(scope="module")
 def linear_ops(arch, tmp_path_factory, build_cache):
-    """name -> GemmOp of the variant, loaded by gemmgen.torch.load: a kernel's .cu file, and a
-    dispatcher (`emit --dispatch`) of two kernels of it, one of them swap-AB for thin M."""
+    """name -> GemmOp of the variant, loaded by gemmgen.torch.load: a kernel's .cu file (hopper_bf16's
+    point: overlap=1, the right half of each tile held and stored later), and a dispatcher (`emit
+    --dispatch`) of two kernels of it, without overlap, one of them swap-AB for thin M."""
     if arch.cc != 90:
         pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {arch.name}")
     from gemmgen.dispatch.emit import render_dispatcher
@@ -345,8 +345,8 @@ def linear_ops(arch, tmp_path_factory, build_cache):
     from gemmgen.problem import Shape, Variant
 
     folder = tmp_path_factory.mktemp("linear")
-    big, thin = _linear_config(arch), _linear_config(arch, BM=32, BN=128, consumers=1, swap=1)
-    (folder / "kernel.cu").write_text(render_kernel(big))
+    big, thin = _linear_config(arch, overlap=0), _linear_config(arch, BM=32, BN=128, consumers=1, swap=1, overlap=0)
+    (folder / "kernel.cu").write_text(render_kernel(_linear_config(arch)))
     plan = DispatchPlan("bf16", arch, (big, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, big.name, 1.0),
                                                     Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
                         ("test",), Variant("nt", "bf16", "col", "gelu"))

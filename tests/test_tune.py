@@ -248,7 +248,8 @@ def test_every_trial_of_a_variant_computes_it_and_is_judged_against_its_cublas(u
     assert all(point_spec(name)[2]["bias"] == "col" and name.endswith("_bf16_nt_obf16_bcol_gelu")
                for name in bench.measured + bench.retimed)
     trials = optuna.load_study(study_name=t.study_name, storage=url).trials
-    assert [t_.state.name for t_ in trials] == ["COMPLETE"] * 6  # hopper_bf16's overlap=1 stores fp32 boxes: no start
+    assert [t_.state.name for t_ in trials] == ["COMPLETE"] * 6
+    assert trials[0].user_attrs.get("named_point") == "hopper_bf16"  # the named point computes the variant too
     assert {r.kernel for r in db.results()} == set(bench.measured) | set(bench.retimed)
     assert all(r.variant == NT_GELU for r in db.results())
     assert report.retimed[0].config.variant == NT_GELU

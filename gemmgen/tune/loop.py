@@ -239,8 +239,8 @@ class Tuner:
         self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
-        # the family's named points that compute the variant (an fp32 box of C, for one, does not
-        # store bf16): a point that cannot is no start
+        # the family's named points that compute the variant (a constraint may keep one from it):
+        # a point that cannot is no start
         named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)
                  if self._feasible(NAMED_POINTS[name].params)]
         self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
