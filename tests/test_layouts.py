@@ -98,8 +98,12 @@ def test_mma_16_bit_fragments_follow_the_stored_layout(trans, a_load, b_load):
     assert f'return "{trans} fp32' in source  # the launcher says what it computes
     # leading dimensions of A and B as stored, and the launcher's packing plan of B as stored
     assert f"int lda = {'M' if trans[0] == 't' else 'K'}, ldb = {'K' if trans[1] == 't' else 'N'};" in body
-    if trans != "nn":
-        assert f"gg_pack_plan<VEC, T, {'true' if trans[1] == 't' else 'false'}>(M, N, K, A, B, a_bytes, b_bytes);" in body
+    a_t, b_t = ("true" if t == "t" else "false" for t in trans)
+    if trans != "nn":  # the packed copies of A and B as stored
+        assert f"gg_packed_operands<VEC, T, {b_t}, {a_t}>(M, N, K, A, B, ws.packed, a_op, lda, b_op, ldb);" in body
+    plan = f"gg_pack_plan<8, __nv_bfloat16, {b_t}{', true' if trans[0] == 't' else ''}>(M, N, K, A, B, a_bytes, b_bytes);"
+    assert source.count(plan) == 2  # the launcher's plan and the pack kernel's
+    assert f"(ws), A, {'K, M' if trans[0] == 't' else 'M, K'});" in source
 
 
 @pytest.mark.parametrize("trans", ["nt", "tn", "tt"])

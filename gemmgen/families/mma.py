@@ -34,10 +34,9 @@ B of nn/tn) with ldmatrix.trans. ldmatrix cannot transpose 32-bit elements, so a
 stored K-major is read with 8-byte loads of two adjacent columns, which become two rows of the
 m16 tile (A) or the same column of two n8 tiles (B); the epilogue stores C with those rows and
 columns in place. tf32 nn keeps its own formulation (C^T = B^T A^T: B in the mma's A operand).
-A stored K x M is read in place: where its rows (M) are not 16-byte aligned, the main loop
-copies element by element, as for a null workspace (the launcher's packing plan packs A as
-M x K only). C is stored as fp32, fp16 or bf16 (the variant's ``out``): accumulation, split-K
-partials and ``beta * C`` in fp32 (C read in its type), rounded once at the store.
+Misaligned rows of A or B are packed as they are stored (gg_pack_plan: B_T, A_T). C is stored
+as fp32, fp16 or bf16 (the variant's ``out``): accumulation, split-K partials and ``beta * C`` in
+fp32 (C read in its type), rounded once at the store.
 """
 
 from gemmgen.dtypes import PRECISIONS
