@@ -256,6 +256,17 @@ def launcher_of(config):
     return Launcher(build.library)
 
 
+def device_array(drv, host, offset_elements: int):
+    """A device copy of the NumPy array ``host`` starting ``offset_elements`` past a 256-byte
+    aligned buffer (misaligned pointers, as users pass them): (the buffer, to free; the address)."""
+    import numpy as np
+
+    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
+    address = int(buffer) + offset_elements * host.itemsize
+    drv.memcpy_htod(address, np.ascontiguousarray(host))
+    return buffer, address
+
+
 def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
     from gemmgen.runtime import LoadedKernel

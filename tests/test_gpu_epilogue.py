@@ -8,7 +8,7 @@ is right every time."""
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, load_kernel
+from conftest import assert_measured_ok, call_sequence, device_array, load_kernel
 
 from gemmgen import verify
 from gemmgen.config import make_config
@@ -74,14 +74,6 @@ def test_cublaslt_refuses_what_it_does_not_fuse(bench):
         lt.close()
 
 
-def _device_array(drv, host: np.ndarray, offset_elements: int):
-    """A device copy of ``host`` starting ``offset_elements`` past a 256-byte aligned buffer."""
-    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
-    address = int(buffer) + offset_elements * host.itemsize
-    drv.memcpy_htod(address, np.ascontiguousarray(host))
-    return buffer, address
-
-
 @pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[2], POINTS[3], POINTS[4], POINTS[7]],
                          ids=_ids([POINTS[0], POINTS[2], POINTS[3], POINTS[4], POINTS[7]]))
 def test_epilogue_library_called_many_times_in_one_process(bench, precision, params):
@@ -106,7 +98,7 @@ def test_epilogue_library_called_many_times_in_one_process(bench, precision, par
             buffers = []
             try:
                 for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off), (bias, c_off)):
-                    buffers.append(_device_array(drv, host, off))
+                    buffers.append(device_array(drv, host, off))
                 (_, pa), (_, pb), (_, pc), (_, pbias) = buffers
                 kernel.launch(m, n, k, alpha, pa, pb, beta, pc, bias=pbias if variant.bias != "none" else None)
                 bench.gpu.synchronize()

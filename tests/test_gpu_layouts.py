@@ -9,7 +9,7 @@ times in one process over mixed shapes, misaligned pointers and beta values, is 
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, load_kernel
+from conftest import assert_measured_ok, call_sequence, device_array, load_kernel
 
 from gemmgen import verify
 from gemmgen.build import build_kernel
@@ -125,14 +125,6 @@ def test_cublas_baseline_of_a_layout_passes_the_checks(bench, precision, variant
     assert m.kernel == f"cublas_{precision}{variant.suffix}"
 
 
-def _device_array(drv, host: np.ndarray, offset_elements: int):
-    """A device copy of ``host`` starting ``offset_elements`` past a 256-byte aligned buffer."""
-    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
-    address = int(buffer) + offset_elements * host.itemsize
-    drv.memcpy_htod(address, np.ascontiguousarray(host))
-    return buffer, address
-
-
 LIBRARIES = [("mma", "fp16", {**MMA, "trans": "tn", "out": "bf16"}),
              ("mma", "tf32", {**MMA_TF32, "trans": "tt"}),
              ("mma", "bf16", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2,
@@ -160,7 +152,7 @@ def test_layout_library_called_many_times_in_one_process(bench, family, precisio
             buffers = []
             try:
                 for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off)):
-                    buffers.append(_device_array(drv, host, off))
+                    buffers.append(device_array(drv, host, off))
                 (_, pa), (_, pb), (_, pc) = buffers
                 kernel.launch(m, n, k, alpha, pa, pb, beta, pc)
                 bench.gpu.synchronize()

@@ -7,7 +7,7 @@ one process over mixed shapes, misaligned pointers and beta values is right ever
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, load_kernel
+from conftest import assert_measured_ok, call_sequence, device_array, load_kernel
 
 from gemmgen import verify
 from gemmgen.config import make_config
@@ -54,14 +54,6 @@ def test_cublas_baseline_of_a_variant_passes_the_checks(bench, precision, varian
     assert m.kernel == f"cublas_{precision}{variant.suffix}"
 
 
-def _device_array(drv, host: np.ndarray, offset_elements: int):
-    """A device copy of ``host`` starting ``offset_elements`` past a 256-byte aligned buffer."""
-    buffer = drv.mem_alloc(host.nbytes + 16 * host.itemsize + 256)
-    address = int(buffer) + offset_elements * host.itemsize
-    drv.memcpy_htod(address, np.ascontiguousarray(host))
-    return buffer, address
-
-
 @pytest.mark.parametrize("precision, params", [POINTS[0], POINTS[5], POINTS[6]], ids=_ids([POINTS[0], POINTS[5], POINTS[6]]))
 def test_variant_library_called_many_times_in_one_process(bench, precision, params):
     """The emitted launcher, loaded once and called over call_sequence's 30 shapes (thin, 1x1x1,
@@ -82,7 +74,7 @@ def test_variant_library_called_many_times_in_one_process(bench, precision, para
             buffers = []
             try:
                 for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off)):
-                    buffers.append(_device_array(drv, host, off))
+                    buffers.append(device_array(drv, host, off))
                 (_, pa), (_, pb), (_, pc) = buffers
                 kernel.launch(m, n, k, alpha, pa, pb, beta, pc)
                 bench.gpu.synchronize()
