@@ -267,6 +267,57 @@ def device_array(drv, host, offset_elements: int):
     return buffer, address
 
 
+def check_calls_in_one_process(bench, kernel, config, calls, rng) -> None:
+    """Calls the loaded ``kernel`` (of ``config``) once per entry of ``calls`` (as call_sequence
+    gives them), with fresh random operands stored as ``config.variant`` stores them, at the given
+    element offsets (a bias vector at C's offset, where the variant adds one), C poisoned with NaN
+    where beta == 0; fails the test at the first result outside the tolerance of its float64
+    reference (bias and activation applied)."""
+    import numpy as np
+
+    from gemmgen import verify
+    from gemmgen.problem import Shape
+
+    drv, variant, precision = bench.gpu.drv, config.variant, config.precision
+    for m, n, k, a_off, b_off, c_off, alpha, beta in calls:
+        shape = Shape(m, n, k)
+        a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
+        b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
+        c0 = verify.random_matrix(rng, m, n, variant.out)
+        hosts = [(a, a_off), (b, b_off), (c0 if beta != 0 else _poisoned(c0), c_off)]
+        bias = None
+        if variant.bias != "none":
+            bias = verify.random_matrix(rng, 1, m if variant.bias == "row" else n, variant.out)
+            hosts.append((bias, c_off))
+        buffers = []
+        try:
+            for host, off in hosts:
+                buffers.append(device_array(drv, host, off))
+            pa, pb, pc = (address for _, address in buffers[:3])
+            kernel.launch(m, n, k, alpha, pa, pb, beta, pc, bias=buffers[3][1] if bias is not None else None)
+            bench.gpu.synchronize()
+            got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
+            drv.memcpy_dtoh(got, pc)
+        finally:
+            for buffer, _ in buffers:
+                buffer.free()
+        a64, b64 = verify.product_operands(verify.as_float64(a, precision), verify.as_float64(b, precision), variant)
+        ref, scale = verify.host_reference(a64, b64, verify.as_float64(c0, variant.out), alpha, beta)
+        if variant.has_epilogue:
+            bias64 = verify.as_float64(bias, variant.out) if bias is not None else None
+            ref, scale = verify.epilogue(ref, scale, bias64, variant.bias, variant.act)
+        verdict = verify.compare(verify.as_float64(got, variant.out), ref, scale, precision, k, variant.out,
+                                 variant.act)
+        assert verdict.ok, f"{m}x{n}x{k} offsets {a_off},{b_off},{c_off} beta={beta}: {verdict.message}"
+
+
+def _poisoned(c0):
+    """All-ones bits in C's storage: NaN in fp32, fp16 and bf16."""
+    import numpy as np
+
+    return np.frombuffer(b"\xff" * c0.nbytes, dtype=c0.dtype).reshape(c0.shape)
+
+
 def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
     from gemmgen.runtime import LoadedKernel

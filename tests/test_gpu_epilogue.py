@@ -8,9 +8,8 @@ is right every time."""
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, device_array, load_kernel
+from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, load_kernel
 
-from gemmgen import verify
 from gemmgen.config import make_config
 from gemmgen.cublas import CublasError
 from gemmgen.cublaslt import CublasLt
@@ -83,36 +82,11 @@ def test_epilogue_library_called_many_times_in_one_process(bench, precision, par
     tolerance of its float64 reference, and a missing bias refused."""
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     kernel = load_kernel(bench, config)
-    drv, variant, rng = bench.gpu.drv, config.variant, np.random.default_rng(5)
+    variant, rng = config.variant, np.random.default_rng(5)
     try:
         if variant.bias != "none":
             with pytest.raises(ValueError, match="bias"):
                 kernel.launch(4, 4, 4, 1.0, 0, 0, 0.0, 0)
-        for m, n, k, a_off, b_off, c_off, alpha, beta in call_sequence(13):
-            shape = Shape(m, n, k)
-            a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
-            b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
-            c0 = verify.random_matrix(rng, m, n, variant.out)
-            bias = verify.random_matrix(rng, 1, m if variant.bias == "row" else n, variant.out)
-            poisoned = np.frombuffer(b"\xff" * c0.nbytes, dtype=c0.dtype).reshape(c0.shape)  # NaN in any C type
-            buffers = []
-            try:
-                for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off), (bias, c_off)):
-                    buffers.append(device_array(drv, host, off))
-                (_, pa), (_, pb), (_, pc), (_, pbias) = buffers
-                kernel.launch(m, n, k, alpha, pa, pb, beta, pc, bias=pbias if variant.bias != "none" else None)
-                bench.gpu.synchronize()
-                got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
-                drv.memcpy_dtoh(got, pc)
-            finally:
-                for buffer, _ in buffers:
-                    buffer.free()
-            b64 = verify.as_float64(b, precision)
-            ref, scale = verify.host_reference(verify.as_float64(a, precision), b64.T if variant.b_transposed else b64,
-                                               verify.as_float64(c0, variant.out), alpha, beta)
-            ref, scale = verify.epilogue(ref, scale, verify.as_float64(bias, variant.out), variant.bias, variant.act)
-            verdict = verify.compare(verify.as_float64(got, variant.out), ref, scale, precision, k, variant.out,
-                                     variant.act)
-            assert verdict.ok, f"{m}x{n}x{k} offsets {a_off},{b_off},{c_off} beta={beta}: {verdict.message}"
+        check_calls_in_one_process(bench, kernel, config, call_sequence(13), rng)
     finally:
         kernel.close()

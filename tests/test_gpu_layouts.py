@@ -9,12 +9,10 @@ times in one process over mixed shapes, misaligned pointers and beta values, is 
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, device_array, load_kernel
+from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, load_kernel
 
-from gemmgen import verify
 from gemmgen.build import build_kernel
 from gemmgen.config import make_config
-from gemmgen.dtypes import PRECISIONS
 from gemmgen.problem import Shape, Variant
 
 pytestmark = pytest.mark.gpu
@@ -139,32 +137,7 @@ def test_layout_library_called_many_times_in_one_process(bench, family, precisio
     every result within the tolerance of its float64 reference."""
     config = make_config(family, params, precision, bench.gpu.info.arch)
     kernel = load_kernel(bench, config)
-    drv, variant, rng = bench.gpu.drv, config.variant, np.random.default_rng(5)
-    sixteen_bit = PRECISIONS[variant.out].numpy_storage != "float32"
     try:
-        for m, n, k, a_off, b_off, c_off, alpha, beta in call_sequence(18, count=20):
-            shape = Shape(m, n, k)
-            a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
-            b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
-            c0 = verify.random_matrix(rng, m, n, variant.out)
-            poisoned = (np.full(c0.shape, 0xFFFF, dtype=np.uint16) if sixteen_bit
-                        else np.full(c0.shape, np.nan, dtype=np.float32))
-            buffers = []
-            try:
-                for host, off in ((a, a_off), (b, b_off), (c0 if beta != 0 else poisoned, c_off)):
-                    buffers.append(device_array(drv, host, off))
-                (_, pa), (_, pb), (_, pc) = buffers
-                kernel.launch(m, n, k, alpha, pa, pb, beta, pc)
-                bench.gpu.synchronize()
-                got = np.empty(c0.shape, dtype=verify.host_dtype(variant.out))
-                drv.memcpy_dtoh(got, pc)
-            finally:
-                for buffer, _ in buffers:
-                    buffer.free()
-            a64, b64 = verify.product_operands(verify.as_float64(a, precision), verify.as_float64(b, precision),
-                                               variant)
-            ref, scale = verify.host_reference(a64, b64, verify.as_float64(c0, variant.out), alpha, beta)
-            verdict = verify.compare(verify.as_float64(got, variant.out), ref, scale, precision, k, variant.out)
-            assert verdict.ok, f"{m}x{n}x{k} offsets {a_off},{b_off},{c_off} beta={beta}: {verdict.message}"
+        check_calls_in_one_process(bench, kernel, config, call_sequence(18, count=20), np.random.default_rng(5))
     finally:
         kernel.close()
