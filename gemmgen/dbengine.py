@@ -14,6 +14,8 @@ trials) is serialized with an advisory lock, or on SQLite with a lock file besid
 import fcntl
 import os
 import re
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +63,25 @@ def sqlite_connect_args() -> dict:
     return {"timeout": SQLITE_LOCK_TIMEOUT_S, "isolation_level": None}
 
 
+def _set_wal(cursor) -> None:
+    """Puts the database file in WAL mode (it stays so). Switching needs the file to itself, and
+    SQLite answers "database is locked" at once, without waiting out busy_timeout, while another
+    process holds it (processes opening a fresh file together): so retry, for as long as the lock
+    timeout allows, unless the file is in WAL mode already."""
+    deadline = time.monotonic() + SQLITE_LOCK_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
+
+
 def make_sqlite_safe(engine: Engine) -> None:
     """WAL, foreign keys, and BEGIN IMMEDIATE for every transaction, on an engine made with
     sqlite_connect_args(); connections made before are dropped."""
@@ -71,7 +92,7 @@ def make_sqlite_safe(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_LOCK_TIMEOUT_S * 1000}")
         if sqlite_file(str(engine.url)) is not None:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _set_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
