@@ -275,9 +275,6 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
         raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set "
                                "(--trans, --out, --bias and --act choose the variant)")
     variant = asked_variant(args)
-    if args.harness and variant != Variant():
-        raise InvalidParameter(f"--harness checks the default variant only so far; a dispatcher of {variant.text} "
-                               "has none (bench checks its kernels on the GPU)")
     if bool(args.workload) == bool(args.shape):
         raise InvalidParameter("--dispatch needs the shapes to serve: --workload FILE or --shape MxNxK (repeatable), "
                                "not both")

@@ -1,17 +1,17 @@
 """Jinja -> CUDA source for a KernelConfig."""
 
 import hashlib
+import math
 import shlex
 from functools import lru_cache
 
 import jinja2
 
-from gemmgen import __version__
+from gemmgen import __version__, tolerance
 from gemmgen.arch import MAX_GRID_Y
 from gemmgen.config import KernelConfig
 from gemmgen.dtypes import PRECISIONS
-from gemmgen.errors import InvalidParameter
-from gemmgen.problem import Variant
+from gemmgen.problem import MAX_DIM, Variant
 from gemmgen.paths import templates_dir
 
 
@@ -42,15 +42,42 @@ def emit_args(config: KernelConfig, harness: bool = False) -> str:
     return shlex.join(words)
 
 
+def harness_checks(precision: str, variant: Variant) -> dict:
+    """What templates/harness.cuh.j2 renders from Python, so that the harness judges a kernel as
+    gemmgen/verify.py does: ``checks``, verify.CHECKS' (alpha, beta) pairs as C literals' digits,
+    and the tolerances of gemmgen/tolerance.py for ``precision`` into ``variant``'s C type with
+    its activation, which the harness needs at any K it is run with: ``elem`` = (e0, e1) with
+    ``elementwise_tolerance(K) = e0 + e1 * K`` and ``norm`` = (n0, n1) with
+    ``normwise_tolerance(K) = n0 + n1 * sqrt(K)``, as reprs. The coefficients are read off
+    tolerance.py at K = 0 and 2^20 and checked at other K up to MAX_DIM (to 1e-9, relative);
+    raises ValueError where the tolerance is no longer of that form (then this function and the
+    template must change)."""
+    from gemmgen import verify  # numpy: only where a harness is rendered
+
+    def elem(k):
+        return tolerance.elementwise_tolerance(precision, k, variant.out, variant.act)
+
+    def norm(k):
+        return tolerance.normwise_tolerance(precision, k, variant.out, variant.act)
+
+    far = 2**20  # the slopes from K = 0 and a far K: the difference of two near numbers loses digits
+    e0, n0 = elem(0), norm(0)
+    e1, n1 = (elem(far) - e0) / far, (norm(far) - n0) / math.sqrt(far)
+    for k in (1, 2, 3, 1000, 4093, MAX_DIM):
+        if not (math.isclose(e0 + e1 * k, elem(k), rel_tol=1e-9)
+                and math.isclose(n0 + n1 * math.sqrt(k), norm(k), rel_tol=1e-9)):
+            raise ValueError(f"gemmgen/tolerance.py's tolerance for {precision} {variant.text} is not affine in K "
+                             f"and sqrt(K) (at K = {k}): the harness cannot render it")
+    return {"elem": (repr(e0), repr(e1)), "norm": (repr(n0), repr(n1)),
+            "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in verify.CHECKS]}
+
+
 def render_kernel(config: KernelConfig, harness: bool = False) -> str:
     """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
-    ``harness``, a main() that checks and times it. Every value in the source comes from a
-    validated KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
-    if harness and config.variant != Variant():
-        raise InvalidParameter(f"--harness checks trans=nn into fp32 C only so far; {config.name} computes "
-                               f"trans={config.variant.trans} into {config.variant.out} C (bench checks it on the GPU)")
+    ``harness``, a main() that checks the kernel's variant against a float64 reference (as
+    gemmgen/verify.py) and times it. Every value in the source comes from a validated
+    KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
     g = config.geometry
-    dt = PRECISIONS[config.precision]
     template = environment().get_template(config.family.template)
     return template.render(
         version=__version__,
@@ -78,9 +105,7 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         requires=requirements(config),
         emit_args=emit_args(config, harness),
         harness=harness,
-        u_in=repr(dt.u_in),
-        u_acc=repr(dt.u_acc),
-        u_store=repr(0.0 if config.variant.out == "fp32" else PRECISIONS[config.variant.out].u_store),
+        judge=harness_checks(config.precision, config.variant) if harness else None,
     )
 
 

@@ -53,8 +53,8 @@ def test_emit_harness(capsys):
     (["emit", "v4", "--gpu", "sm_89a"], ["architecture-specific ('a') targets exist from sm_90a on; use sm_89"]),
     (["bench", "v4", "--shape", "2147483648x16x16"], ["must be <= 2147483647 (2^31 - 1)", "32-bit"]),
     (["best", "--family", "warp", "--precision", "fp32", "--shape", "4096x4096x2147483648"], ["2^31 - 1"]),
-    (["emit", "v4", "--bias", "col", "--gpu", "sm_90"], ["invalid point warp_128x128x8_w64x32_t8x8_b2_fp32_bcol",
-                                                         "family warp adds no bias"]),
+    (["emit", "v3", "--bias", "col", "--gpu", "sm_90"],
+     ["invalid point register_64x64x16_t4x4_contig_v4_p0_fp32_bcol", "family register adds no bias"]),
     (["emit", "hopper_bf16", "--set", "consumers=1", "--out", "bf16", "--act", "relu", "--gpu", "sm_90"],
      ["invalid point hopper_128x256_c1_s4_g8_ov_bf16_obf16_relu: 2 constraint(s) violated",
       "overlap=1 holds half of one m64 block of accumulators per consumer"]),
@@ -319,6 +319,21 @@ def test_emit_a_variant_by_options_or_by_set(capsys):
     assert main(["emit", config.name, "--gpu", "sm_90"]) == 0 and capsys.readouterr().out == by_options
     assert main(["emit", config.name, "--act", "none", "--gpu", "sm_90"]) == 0
     assert "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol(" in capsys.readouterr().out
+
+
+def test_emit_harness_of_a_variant(capsys):
+    """--harness goes with every variant; the regenerate line carries both."""
+    from gemmgen.config import make_config
+
+    argv = ["emit", "--family", "mma", "--precision", "fp16", "--trans", "tn", "--out", "fp16", "--gpu", "sm_90",
+            "--harness"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.count("int main(") == 1
+    assert out == render_kernel(make_config("mma", {"trans": "tn", "out": "fp16"}, "fp16", "sm_90"), harness=True)
+    command = out.splitlines()[2].removeprefix("//").strip()
+    assert "trans=tn,out=fp16" in command and command.endswith("--harness")
+    assert main(shlex.split(command)[1:]) == 0 and capsys.readouterr().out == out
 
 
 @pytest.mark.parametrize("command", ["emit", "build", "bench", "tune", "best", "results"])

@@ -13,9 +13,8 @@ import shlex
 from gemmgen import __version__
 from gemmgen.dispatch.select import DispatchPlan
 from gemmgen.dtypes import PRECISIONS
-from gemmgen.errors import InvalidParameter
 from gemmgen.problem import Variant
-from gemmgen.render import environment, render_kernel
+from gemmgen.render import environment, harness_checks, render_kernel
 
 
 def _split_includes(source: str) -> tuple[list[str], str]:
@@ -38,7 +37,8 @@ def computes(variant: Variant) -> str:
 def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = False) -> str:
     """Standalone CUDA source of the dispatcher for ``plan``; ``emit_args`` are the `gemmgen
     emit` arguments that reproduce it (written in its header). With ``harness``, a main() that
-    checks and times the dispatcher at a shape (the default variant's only, as `emit --harness`).
+    checks the dispatcher's variant at a shape against a float64 reference and times it, as
+    `emit --harness` does a kernel.
 
     Every kernel computes ``plan.variant``; the launcher has a single kernel's signature for it:
     C of its type and, where it adds a bias, ``const CT* bias`` right after C."""
@@ -46,9 +46,6 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     other = [c.name for c in plan.kernels if c.variant != variant]
     if other:
         raise ValueError(f"a dispatcher of {variant.text} cannot hold {', '.join(other)}: its kernels compute one variant")
-    if harness and variant != Variant():
-        raise InvalidParameter(f"--harness checks the default variant only so far (nn fp32 none none); this dispatcher "
-                               f"computes {variant.text} (bench checks such kernels on the GPU)")
     includes, parts = [], []
     # the part names come from the kernels, so two dispatchers linked into one program do not clash
     # unless they hold the same kernels
@@ -60,7 +57,6 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     first = plan.kernels[0]
     # one build for all: the arch-specific target (sm_90a) where any kernel needs it
     build = next((c.build_arch for c in plan.kernels if c.build_arch != c.arch), first.build_arch)
-    dt = PRECISIONS[plan.precision]
     ct = PRECISIONS[variant.out].c_type
     bias = variant.bias != "none"
     return environment().get_template("dispatch.cu.j2").render(
@@ -88,6 +84,5 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
         parts=parts,
         harness=harness,
         name="dispatcher",
-        u_in=repr(dt.u_in),
-        u_acc=repr(dt.u_acc),
+        judge=harness_checks(plan.precision, variant) if harness else None,
     )

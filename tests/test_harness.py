@@ -1,0 +1,189 @@
+"""`emit --harness` for every problem variant, without a GPU: the main() templates/harness.cuh.j2
+adds reads A and B as the variant stores them, keeps C and the bias in C's type, applies the
+variant's epilogue in its float64 reference and judges by gemmgen/tolerance.py's numbers and
+gemmgen/verify.py's checks (rendered from them); single kernels and dispatchers of a variant
+compile and link with it. tests/test_gpu_harness.py runs these programs (POINTS, DISPATCHERS)."""
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import nvcc_compile
+
+from gemmgen import tolerance, verify
+from gemmgen.arch import parse_arch
+from gemmgen.cli import main
+from gemmgen.config import make_config
+from gemmgen.dispatch.emit import render_dispatcher
+from gemmgen.dispatch.select import DispatchPlan, Served
+from gemmgen.points import resolve_point
+from gemmgen.problem import Shape, Variant
+from gemmgen.render import harness_checks, render_kernel
+
+SM90 = parse_arch("sm_90")
+MARKER = "// ---- gemmgen harness:"  # the harness's first line: what follows it is the harness
+
+# label -> (family, precision, variant and parameters): points of several families and variants
+# whose --harness program the GPU twin builds and runs (hopper on sm_90 only)
+POINTS = {
+    "hopper_nt_obf16_bcol_gelu": ("hopper", "bf16", {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}),
+    "hopper_ofp16_brow_silu": ("hopper", "fp16", {"out": "fp16", "bias": "row", "act": "silu"}),
+    "hopper_tf32_bcol_relu": ("hopper", "tf32", {"bias": "col", "act": "relu"}),
+    "mma_tn_ofp16": ("mma", "fp16", {"trans": "tn", "out": "fp16"}),
+    "mma_tt_obf16": ("mma", "bf16", {"trans": "tt", "out": "bf16"}),
+    "mma_tf32_nt": ("mma", "tf32", {"trans": "nt"}),
+    "warp_tt": ("warp", "fp32", {"trans": "tt"}),
+    "warp_nt": ("warp", "fp32", {"trans": "nt"}),
+}
+# dispatchers of a variant: label -> (the kernels' canonical names, one shape each serves)
+DISPATCHERS = {
+    "hopper_nt_obf16_bcol_gelu": (("hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu",
+                                   "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu"),
+                                  (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
+    "mma_tn_ofp16": (("mma_128x128x32_w2x2_s3_f2_fp16_tn_ofp16", "mma_64x64x32_w2x2_s3_f2_fp16_tn_ofp16"),
+                     (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
+}
+
+
+def point_config(label: str, arch=SM90):
+    family, precision, params = POINTS[label]
+    return make_config(family, params, precision, arch)
+
+
+def dispatch_plan(label: str, arch=SM90) -> DispatchPlan:
+    """A dispatcher of DISPATCHERS[label]: kernel i serves shape i."""
+    names, shapes = DISPATCHERS[label]
+    kernels = tuple(resolve_point(name, arch.name) for name in names)
+    served = tuple(Served(shape, i, 1.0, names[i], 1.0) for i, shape in enumerate(shapes))
+    return DispatchPlan(kernels[0].precision, arch, kernels, served, (), ("H100",), kernels[0].variant)
+
+
+def spliced(kernel_config, judge_config) -> str:
+    """``kernel_config``'s kernel and launcher with the harness of ``judge_config`` (of the same
+    launcher ABI): a program whose kernel computes another variant than its harness checks."""
+    kernel, judge = render_kernel(kernel_config, harness=True), render_kernel(judge_config, harness=True)
+    return kernel[:kernel.index(MARKER)] + judge[judge.index(MARKER):]
+
+
+def build_flags(source: str) -> list[str]:
+    """nvcc's flags for a --harness program, as its harness's header gives them
+    (nvcc -O3 <flags> gemm.cu -o gemm)."""
+    return re.search(r"Build: nvcc -O3 (.+) gemm\.cu -o gemm", source)[1].split()
+
+
+def harness_of(source: str) -> str:
+    return source[source.index(MARKER):]
+
+
+def tolerance_coefficients(source: str) -> tuple[float, float, float, float]:
+    """(e0, e1, n0, n1) of the harness's elem_tol = e0 + e1 * K and norm_tol = n0 + n1 * sqrt(K)."""
+    elem = re.search(r"const double elem_tol = (\S+) \+ (\S+) \* K;", source)
+    norm = re.search(r"const double norm_tol = (\S+) \+ (\S+) \* sqrt\(\(double\)K\);", source)
+    return float(elem[1]), float(elem[2]), float(norm[1]), float(norm[2])
+
+
+VARIANTS = [("hopper", "bf16", Variant(trans, out, bias, act)) for trans in ("nn", "nt")
+            for out in ("fp32", "bf16") for bias in ("none", "row", "col") for act in ("none", "gelu")] + \
+    [("mma", precision, Variant(trans, out)) for precision in ("fp16", "tf32") for trans in ("nn", "nt", "tn", "tt")
+     for out in (("fp32", "fp16") if precision == "fp16" else ("fp32",))] + \
+    [("warp", "fp32", Variant(trans)) for trans in ("nn", "nt", "tn", "tt")]
+
+
+@pytest.mark.parametrize("family, precision, variant", VARIANTS,
+                         ids=lambda x: x.text.replace(" ", "-") if isinstance(x, Variant) else x)
+def test_every_variant_gets_a_harness_of_its_own_variant(family, precision, variant):
+    config = make_config(family, dict(variant.items), precision, SM90)
+    harness = harness_of(render_kernel(config, harness=True))
+    assert harness.count("int main(") == 1 and "{{" not in harness and "{%" not in harness
+    assert f"checks {config.name}\n" in harness and f"// Variant {variant.text}: " in harness
+    assert f"typedef {config.element_type} gg_elem;" in harness and f"typedef {config.output_type} gg_out;" in harness
+    assert f"constexpr bool gg_h_a_t = {str(variant.a_transposed).lower()}, " \
+           f"gg_h_b_t = {str(variant.b_transposed).lower()};" in harness
+    bias, act = ("none", "row", "col").index(variant.bias), ("none", "relu", "gelu", "silu").index(variant.act)
+    assert f"constexpr int gg_h_bias = {bias}, gg_h_act = {act};" in harness
+    # the bias goes right after C, as the launcher's ABI has it, in the checks and the timed plan
+    assert harness.count("dC, dBias, 0)" if variant.bias != "none" else "dC, 0)") == 2
+
+
+@pytest.mark.parametrize("precision, out, act", [
+    ("fp32", "fp32", "none"), ("tf32", "fp32", "relu"), ("fp16", "fp16", "silu"), ("bf16", "bf16", "gelu"),
+    ("bf16", "fp32", "gelu"), ("fp16", "fp32", "none")])
+def test_the_tolerance_is_tolerance_py_at_every_k(precision, out, act):
+    """The harness takes K at run time: its bounds are tolerance.py's at any K, from one source."""
+    config = make_config("warp" if precision == "fp32" else "hopper", {"out": out, "act": act}, precision, SM90)
+    e0, e1, n0, n1 = tolerance_coefficients(render_kernel(config, harness=True))
+    for k in (1, 2, 17, 1000, 4093, 65536, 2**31 - 1):
+        assert e0 + e1 * k == pytest.approx(tolerance.elementwise_tolerance(precision, k, out, act), rel=1e-9)
+        assert n0 + n1 * k**0.5 == pytest.approx(tolerance.normwise_tolerance(precision, k, out, act), rel=1e-9)
+
+
+def test_the_checks_are_verify_checks_first_into_a_poisoned_c():
+    harness = harness_of(render_kernel(point_config("hopper_nt_obf16_bcol_gelu"), harness=True))
+    calls = re.findall(r"ok = gg_check\(M, N, K, (\S+)f, (\S+)f, dA, dB, dC, dC0, dBias, dRef, dScale\) && ok;",
+                       harness)
+    assert [(float(a), float(b)) for a, b in calls] == [tuple(map(float, c)) for c in verify.CHECKS]
+    assert verify.CHECKS[0][1] == 0.0 and "cudaMemset(dC, 0xFF" in harness
+
+
+def test_a_tolerance_that_is_not_affine_in_k_is_a_bug_not_a_wrong_bound(monkeypatch):
+    monkeypatch.setattr(tolerance, "normwise_tolerance", lambda precision, k, out="fp32", act="none": 1e-6 * k)
+    with pytest.raises(ValueError, match=r"tolerance for fp16 nn fp32 none none is not affine in K and sqrt\(K\)"):
+        harness_checks("fp16", Variant())
+
+
+def test_a_dispatchers_harness_checks_its_variant():
+    plan = dispatch_plan("hopper_nt_obf16_bcol_gelu")
+    harness = harness_of(render_dispatcher(plan, ["--dispatch"], harness=True))
+    assert "checks dispatcher\n" in harness and "// Variant nt bf16 col gelu: " in harness
+    assert "typedef __nv_bfloat16 gg_out;" in harness and "dC, dBias, 0)" in harness
+    single = harness_of(render_kernel(plan.kernels[0], harness=True))
+    assert tolerance_coefficients(harness) == tolerance_coefficients(single)
+
+
+def test_emit_dispatch_harness_of_a_variant_from_the_cli(capsys, tmp_path):
+    from test_dispatch import V_BIG, V_THIN, _stored_variant
+
+    _, url = _stored_variant(tmp_path)
+    argv = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "bf16", "--gpu",
+            "sm_90", "--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "gelu", "--db", url, "--harness"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("int main(") == 1 and "// Variant nt bf16 col gelu: " in harness_of(out)
+    assert set(re.findall(r"^//   \d  (\S+)$", out, re.M)) == {V_BIG, V_THIN}
+    assert "//   gemmgen emit --dispatch --shape 4096 --shape 16x4096x4096 --precision bf16 --gpu sm_90 --trans nt " \
+           "--out bf16 --bias col --act gelu --harness" in out
+
+
+# ---- nvcc: the programs compile and link as their headers say ----
+
+BUILDS = {
+    "hopper_nt_obf16_bcol_gelu": lambda: render_kernel(point_config("hopper_nt_obf16_bcol_gelu"), harness=True),
+    "mma_tn_ofp16": lambda: render_kernel(point_config("mma_tn_ofp16"), harness=True),
+    "warp_tt": lambda: render_kernel(point_config("warp_tt"), harness=True),
+    "dispatcher_hopper_nt_obf16_bcol_gelu": lambda: render_dispatcher(dispatch_plan("hopper_nt_obf16_bcol_gelu"),
+                                                                      ["--dispatch"], harness=True),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """label -> (nvcc's output or None where it compiled, executable), two builds at a time."""
+    folder = tmp_path_factory.mktemp("harness")
+
+    def build(label):
+        source = BUILDS[label]()
+        try:
+            return None, nvcc_compile(source, folder / label, None, *build_flags(source))
+        except AssertionError as err:
+            return str(err), folder / label
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(BUILDS, pool.map(build, BUILDS)))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("label", list(BUILDS))
+def test_a_variants_harness_compiles_and_links(built, label):
+    error, exe = built[label]
+    assert error is None, error
+    assert exe.is_file()
