@@ -282,10 +282,12 @@ class Plan:
     """One launch prepared by :meth:`Launcher.plan`; ``run`` queues it. Close it when done."""
 
     def __init__(self, launcher: Launcher, handle):
-        self._launcher, self._handle = launcher, handle
+        self._launcher, self._handle, self._run = launcher, handle, launcher._run
 
     def run(self) -> None:
-        self._launcher._check(self._launcher._run(self._handle))
+        err = self._run(self._handle)
+        if err:
+            self._launcher._check(err)
 
     def close(self) -> None:
         if self._handle:

@@ -40,6 +40,22 @@ DEFAULT_LAUNCHER = "gemmgen_gemm"
 _PLANS_KEPT = 256  # launches whose host work a GemmOp keeps, for calls that repeat them
 _INT_MAX = 2**31 - 1
 
+# A call's host time is what a small product costs in eager mode, where the GPU waits for the
+# host: torch.cuda.current_stream() builds a Stream object per call (microseconds), the raw
+# getters that torch's own generated code (Inductor) and Triton use do not. Public API where a
+# torch lacks them.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_raw_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def _current_stream(index: int) -> int:
+    """The cudaStream_t of torch's current stream on device ``index``."""
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _current_device() -> int:
+    return _raw_device() if _raw_device is not None else torch.cuda.current_device()
+
 
 class BuildFailed(GemmgenError):
     """nvcc could not build a .cu file given to :func:`load` (the message holds its log)."""
@@ -119,13 +135,14 @@ class GemmOp:
             return self._no_product(out, beta, bias)
         # The launcher's CUDA runtime works on the current device's primary context, torch's own;
         # switching devices costs microseconds, so only where a is on another one.
-        args = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr())
-        bias_ptr = None if bias is None else bias.data_ptr()
-        if a.device.index == torch.cuda.current_device():
-            self._launch(args, torch.cuda.current_stream().cuda_stream, bias_ptr)
+        index = a.get_device()
+        key = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+               None if bias is None else bias.data_ptr())
+        if index == _current_device():
+            self._launch(key, _current_stream(index))
         else:
-            with torch.cuda.device(a.device):
-                self._launch(args, torch.cuda.current_stream(a.device).cuda_stream, bias_ptr)
+            with torch.cuda.device(index):
+                self._launch(key, _current_stream(index))
         return out
 
     def _no_product(self, out: torch.Tensor, beta: float, bias: torch.Tensor | None) -> torch.Tensor:
@@ -145,45 +162,53 @@ class GemmOp:
         judged with torch's own cheap predicates; None for anything else. It accepts a subset of
         what check_call accepts (test_gpu_torch.py checks that on many tensors); anything else
         goes through check_call, which says what is wrong."""
-        T, v = torch.Tensor, self.variant
+        T, v, strided = torch.Tensor, self.variant, torch.strided
         if not (type(a) is T and type(b) is T and a.dtype is self.dtype and b.dtype is self.dtype
-                and a.layout is torch.strided and b.layout is torch.strided and a.is_cuda
-                and a.device == b.device and a.dim() == 2 and b.dim() == 2
-                and a.is_contiguous() and b.is_contiguous()
+                and a.layout is strided and b.layout is strided and a.is_cuda and a.dim() == 2 and b.dim() == 2
+                and a.get_device() == b.get_device() and a.is_contiguous() and b.is_contiguous()
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
             return None
-        k, m = a.shape if v.a_transposed else reversed(a.shape)
-        n, k_b = b.shape if v.b_transposed else reversed(b.shape)
-        if k != k_b or max(m, n, k) > _INT_MAX:
+        if v.a_transposed:
+            k, m = a.shape
+        else:
+            m, k = a.shape
+        if v.b_transposed:
+            n, k_b = b.shape
+        else:
+            k_b, n = b.shape
+        if k != k_b or m > _INT_MAX or n > _INT_MAX or k > _INT_MAX:
             return None
+        device = a.get_device()
         if v.bias == "none":
             if bias is not None:
                 return None
-        elif not (type(bias) is T and bias.dtype is self.out_dtype and bias.layout is torch.strided
-                  and bias.device == a.device and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
+        elif not (type(bias) is T and bias.dtype is self.out_dtype and bias.layout is strided
+                  and bias.get_device() == device and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
                   and bias.is_contiguous() and not (bias.requires_grad and torch.is_grad_enabled())):
             return None
         if out is None:
             return (m, n, k) if beta == 0 else None
-        if not (type(out) is T and out.dtype is self.out_dtype and out.layout is torch.strided
-                and out.device == a.device and out.shape == (m, n) and out.is_contiguous()):
+        if not (type(out) is T and out.dtype is self.out_dtype and out.layout is strided
+                and out.get_device() == device and out.shape == (m, n) and out.is_contiguous()):
             return None
         lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
         apart = all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo
                     for t in (a, b, bias) if t is not None)
         return (m, n, k) if apart else None
 
-    def _launch(self, args: tuple, stream: int, bias: int | None = None) -> None:
-        """Queue the launch: through a plan made earlier for the same arguments (the launcher's
-        host work -- checks, workspace, tensor maps -- done once), else a new one, kept for
-        next time. A plan is the launch it was made for, so reusing one is the same launch. Each
+    def _launch(self, args: tuple, stream: int) -> None:
+        """Queue the launch of ``args`` (M, N, K, alpha, A, B, beta, C, bias or None: addresses)
+        on ``stream``: through a plan made earlier for the same arguments (the launcher's host
+        work -- checks, workspace, tensor maps -- done once), else a new one, kept for next
+        time. A plan is the launch it was made for, so reusing one is the same launch. Each
         thread keeps its own plans (at most _PLANS_KEPT), as the launcher keeps the workspace of
         cudaStreamPerThread per thread, and so that no thread frees a plan another is running."""
         plans = self._plans()
-        key = (*args, stream, bias)
+        key = (*args, stream)
         plan = plans.get(key)
         if plan is None:
-            plan = self.launcher.plan(*args, stream, bias=bias) if bias is not None else self.launcher.plan(*args, stream)
+            *problem, bias = args
+            plan = self.launcher.plan(*problem, stream, bias=bias)
             if len(plans) >= _PLANS_KEPT:
                 plans.pop(next(iter(plans))).close()
             plans[key] = plan
