@@ -30,6 +30,53 @@ class Alternate:
             order.reverse()
         return [float(np.median(t)) for t in times]
 
+    def timed_gpu(self, fns, rounds=40, warmup=3, hide_us=300.0):
+        """Each call's GPU time with the host's latency hidden: after the flush and poison, the
+        GPU spins for ``hide_us`` (torch.cuda._sleep, no memory traffic) before the start event,
+        so the call's host work is done before the GPU reaches it -- what the call costs the
+        GPU when the host runs ahead (as in a model, or a CUDA graph), measured on eager
+        launches. The host's own time per call is measured apart (host_us)."""
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = int(hide_us * self._sleep_cycles_per_us())
+        times = [[] for _ in fns]
+        order = list(range(len(fns)))
+        for r in range(warmup + rounds):
+            for i in order:
+                self.flush_buf.sum()
+                fns[i][0]()
+                torch.cuda._sleep(cycles)
+                start.record()
+                fns[i][1]()
+                stop.record()
+                stop.synchronize()
+                if r >= warmup:
+                    times[i].append(start.elapsed_time(stop))
+            order.reverse()
+        return [float(np.median(t)) for t in times]
+
+    def _sleep_cycles_per_us(self) -> float:
+        """torch.cuda._sleep's cycles per microsecond on this GPU, timed once."""
+        if not hasattr(self, "_cycles_per_us"):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1_000_000)
+            start.record(); torch.cuda._sleep(2_000_000); stop.record(); stop.synchronize()
+            self._cycles_per_us = 2_000_000 / (start.elapsed_time(stop) * 1e3)
+        return self._cycles_per_us
+
+    @staticmethod
+    def host_us(fn, calls=400, warmup=20):
+        """Host time of one call (microseconds), from ``calls`` calls queued back to back."""
+        import time
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        return elapsed / calls * 1e6
+
     def timed_async(self, fns, rounds=40, warmup=3):
         """As triton.testing.do_bench: the host queues every round without waiting, so a call's
         host work overlaps the GPU's (the flush before it); events read once at the end."""

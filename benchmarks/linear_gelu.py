@@ -31,6 +31,12 @@ CANDIDATES = [  # linear_nt.py's best at these sizes, and neighbours
     {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "swizzle": 8, "schedule": "pingpong"},
     {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "swizzle": 16, "schedule": "pingpong"},
     {"BM": 64, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "schedule": "pingpong"},
+    # cuBLASLt's GELU_BIAS kernel at 4096^3 (ncu): 256x128 tiles, clusters of 2, cooperative
+    {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2},
+    {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 16},
+    {"BM": 256, "BN": 128, "consumers": 2, "stages": 4, "swizzle": 8, "streamk": 1},
+    {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2, "overlap": 1},
+    {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "swizzle": 8, "schedule": "pingpong", "cluster": 2},
 ]
 out_path = sys.argv[1]
 shapes = [parse_shape(s) for s in sys.argv[2:]] or [Shape(4096, 4096, 4096), Shape(4096, 14336, 4096)]
