@@ -132,7 +132,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise InvalidParameter("--trials must be at least 1")
-    variant = asked_variant(args)
     if args.workload:
         from gemmgen.tune.workload import format_report, plan, tune_workload
         from gemmgen.workload import load_workload
@@ -143,6 +142,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise InvalidParameter("--study names one study; with --workload each shape has its own, named as "
                                    "`gemmgen tune --shape` names it")
         workload = load_workload(args.workload)
+        variant = workload.variant_with(variant_options(args))
         arch = parse_arch(args.gpu) if args.gpu else detect_arch()
         if arch is None:
             raise GemmgenError("no GPU detected; tuning measures on the GPU it tunes for")
@@ -158,13 +158,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         results, interrupted = tune_workload(workload, pairs, arch, base, devices,
                                              lambda total: Progress(total, names),
                                              lambda line: print(f"gemmgen tune: {line}", file=sys.stderr))
-        print(format_report(workload, results))
+        print(format_report(workload, results, variant))
         if interrupted:
             print("interrupted: every trial so far is stored; run the same command again to go on")
         return 130 if interrupted else 0
     if not args.family:
         raise InvalidParameter("--family is required with --shape (e.g. gemmgen tune --family warp --shape 4096); "
                                "only --workload picks one per precision")
+    variant = asked_variant(args)
     from gemmgen.tune.loop import check_variant
 
     space = load_space(args.family)
@@ -274,18 +275,19 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     if args.point or args.set:
         raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set "
                                "(--trans, --out, --bias and --act choose the variant)")
-    variant = asked_variant(args)
     if bool(args.workload) == bool(args.shape):
         raise InvalidParameter("--dispatch needs the shapes to serve: --workload FILE or --shape MxNxK (repeatable), "
                                "not both")
     if args.workload:
         workload = load_workload(args.workload)
+        variant = workload.variant_with(variant_options(args))
         shapes = workload.shapes
         precision = args.precision or (workload.precisions[0] if len(workload.precisions) == 1 else None)
         if precision is None or precision not in workload.precisions:
             raise InvalidParameter(f"--dispatch --workload {args.workload}: give --precision, one of the workload's "
                                    f"{', '.join(workload.precisions)} (a dispatcher serves one precision)")
     else:
+        variant = asked_variant(args)
         shapes = [parse_shape(s) for s in args.shape]
         precision = args.precision
         if not precision:
@@ -488,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--dispatch: a shape to serve (repeatable)")
     p.add_argument("--dispatch", action="store_true", help="one file with the best stored kernels of several shapes "
                    "(--workload or --shape) and a launcher that picks one by (M, N, K); see gemmgen.best")
-    p.add_argument("--workload", metavar="FILE", help="with --dispatch: the shapes of a workload file")
+    p.add_argument("--workload", metavar="FILE", help="with --dispatch: the shapes and variant of a workload file "
+                   "(--trans, --out, --bias and --act may add variant keys it leaves out)")
     _add_db_argument(p)
     p.set_defaults(func=cmd_emit)
 
@@ -524,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
                    "mean of TFLOP/s over the shapes (default 4096)")
     p.add_argument("--workload", metavar="FILE", help="tune every shape and precision of a workload file (TOML, "
-                   "e.g. workloads/llama3-8b.toml), one study per shape: the one `--shape` uses; not with --shape")
+                   "e.g. workloads/llama3-8b.toml), in its variant, one study per shape: the one `--shape` uses; not "
+                   "with --shape. --trans, --out, --bias and --act may add variant keys the file leaves out")
     p.add_argument("--trials", type=int, default=100, help="feasible points to measure now (default 100); points "
                    "that break a constraint are recorded but not counted. With --workload: per shape, the trials "
                    "its study should have in all (a shape that has them is skipped, so a re-run goes on)")

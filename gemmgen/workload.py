@@ -4,6 +4,10 @@ a weight each and the precisions to tune, read from a TOML file::
     name = "llama3-8b-linear"          # optional; default: the file's stem
     description = "..."                # optional
     precisions = ["fp16", "bf16"]      # required: fp32, tf32, fp16, bf16
+    trans = "nt"                       # optional, the problem variant (gemmgen.problem.Variant):
+    out = "bf16"                       #   trans, out, bias and act, each as `gemmgen tune --trans`
+    bias = "col"                       #   etc. take it; a key left out is the default (nn, fp32,
+    act = "gelu"                       #   none, none)
 
     [[shape]]                          # one or more
     label = "qkv_proj"                 # optional
@@ -13,6 +17,9 @@ a weight each and the precisions to tune, read from a TOML file::
     weight = 1.0                       # optional, > 0 (default 1); each expanded shape gets it
 
 The weights weigh each shape in the geometric means a report gives (Workload.weighted_mean).
+Every shape is of the one variant the file names; the command line's --trans, --out, --bias and
+--act may add the keys the file leaves out, and must agree with those it gives
+(Workload.variant_with).
 
 A shape that two [[shape]] tables give (e.g. two layers of the same size) is one entry, tuned
 once: its weight is the sum of theirs and its label theirs joined with "+". A value repeated in
@@ -26,10 +33,10 @@ from pathlib import Path
 
 from gemmgen.errors import InvalidParameter
 from gemmgen.dtypes import PRECISIONS as _PRECISIONS
-from gemmgen.problem import MAX_DIM, Shape
+from gemmgen.problem import MAX_DIM, VARIANT_KEYS, Shape, Variant
 
 PRECISIONS = tuple(_PRECISIONS)
-TOP_KEYS = ("name", "description", "precisions", "shape")
+TOP_KEYS = ("name", "description", "precisions", *VARIANT_KEYS, "shape")
 SHAPE_KEYS = ("m", "n", "k", "label", "weight")
 
 
@@ -52,6 +59,23 @@ class Workload:
     precisions: tuple[str, ...]
     entries: tuple[WorkloadEntry, ...]  # one per distinct shape, in the file's order
     path: Path | None = None
+    variant_given: tuple[tuple[str, str], ...] = ()  # the variant's (key, value) pairs the file gives
+
+    @property
+    def variant(self) -> Variant:
+        """The variant the file names: its keys, the default's where it gives none."""
+        return Variant(**dict(self.variant_given))
+
+    def variant_with(self, options: dict[str, str]) -> Variant:
+        """The variant to tune or serve: the file's keys and ``options`` (variant key -> value,
+        the command line's --trans, --out, --bias and --act that were given) together. Raises
+        InvalidParameter where an option gives a key the file gives another value."""
+        given = dict(self.variant_given)
+        for key, value in options.items():
+            if key in given and given[key] != value:
+                raise InvalidParameter(f"--{key} {value} disagrees with workload {self.path or self.name}, which says "
+                                       f"{key} = \"{given[key]}\"; leave --{key} out, or change the file")
+        return Variant(**{**given, **options})
 
     @property
     def shapes(self) -> list[Shape]:
@@ -104,6 +128,7 @@ def parse_workload(data: dict, path: Path) -> Workload:
         if not isinstance(value, str):
             fail(f"{key} must be a string, not {value!r}")
     precisions = _precisions(data.get("precisions"), fail)
+    variant_given = _variant(data, fail)
     tables = data.get("shape")
     if tables is None or tables == []:
         fail("no shapes; add [[shape]] tables, each with m, n and k")
@@ -117,7 +142,24 @@ def parse_workload(data: dict, path: Path) -> Workload:
                 labels = "+".join(x for x in (old.label, entry.label) if x)
                 entry = WorkloadEntry(entry.shape, old.weight + entry.weight, labels)
             merged[entry.shape] = entry
-    return Workload(name, description, precisions, tuple(merged.values()), path)
+    return Workload(name, description, precisions, tuple(merged.values()), path, variant_given)
+
+
+def _variant(data: dict, fail) -> tuple[tuple[str, str], ...]:
+    """The variant keys the file gives, as (key, value) in VARIANT_KEYS' order, each value one
+    gemmgen.problem.Variant takes (its message names the allowed ones)."""
+    given = tuple((key, data[key]) for key in VARIANT_KEYS if key in data)
+    for key, value in given:
+        if not isinstance(value, str):
+            fail(f"{key} must be a string, e.g. {key} = \"{_EXAMPLES[key]}\", not {value!r}")
+        try:
+            Variant(**{key: value})
+        except InvalidParameter as err:
+            fail(str(err))
+    return given
+
+
+_EXAMPLES = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}
 
 
 def _named(table: dict) -> str:

@@ -21,7 +21,7 @@ from gemmgen.cli import main
 from gemmgen.config import make_config
 from gemmgen.db import ResultsDB
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.problem import Shape
+from gemmgen.problem import Shape, Variant
 from gemmgen.space import load_space
 from gemmgen.tune.workload import default_family, plan, tuning_order
 from gemmgen.workload import InvalidWorkload, load_workload
@@ -86,8 +86,8 @@ def test_weighted_mean_is_the_weighted_geometric_mean_over_the_shapes_that_have_
 
 @pytest.mark.parametrize("text, message", [
     ('precisions = ["fp16"]\n[[shape]\n', "not valid TOML: "),
-    ('precisons = ["fp16"]\n', "unknown key 'precisons'; allowed: name, description, precisions, shape "
-                               "(shapes go in [[shape]] tables)"),
+    ('precisons = ["fp16"]\n', "unknown key 'precisons'; allowed: name, description, precisions, trans, out, "
+                               "bias, act, shape (shapes go in [[shape]] tables)"),
     ('[[shape]]\nm = 1\nn = 1\nk = 1\n', 'precisions is missing; list the ones to tune, e.g. precisions = '
                                          '["fp16", "bf16"] (allowed: fp32, tf32, fp16, bf16)'),
     ('precisions = "fp16"\n', "precisions must be a non-empty list of names, e.g. [\"fp16\", \"bf16\"]; "
@@ -115,6 +115,15 @@ def test_weighted_mean_is_the_weighted_geometric_mean_over_the_shapes_that_have_
     ('precisions = ["fp16"]\n[[shape]]\nm = 1\nn = 1\nk = 1\nweight = inf\n', "weight = inf: a weight must be"),
     ('precisions = ["fp16"]\n[[shape]]\nm = 1\nn = 1\nk = 1\nweight = "1"\n', "weight = '1': a weight must be"),
     ('precisions = ["fp16"]\n[[shape]]\nm = 1\nn = 1\nk = 1\nlabel = 7\n', "[[shape]] #1: label must be a string"),
+    ('precisions = ["bf16"]\ntrans = "tx"\n', "trans='tx' is not allowed; trans must be one of: nn, nt, tn, tt"),
+    ('precisions = ["bf16"]\nout = "fp8"\n', "out='fp8' is not allowed; out (the type of C) must be one of: "
+                                            "fp32, fp16, bf16"),
+    ('precisions = ["bf16"]\nbias = "both"\n', "bias='both' is not allowed; bias must be one of: none, row, col"),
+    ('precisions = ["bf16"]\nact = "GELU"\n', "act='GELU' is not allowed; act (the activation) must be one of: "
+                                            "none, relu, gelu, silu"),
+    ('precisions = ["bf16"]\nout = 16\n', 'out must be a string, e.g. out = "bf16", not 16'),
+    ('precisions = ["bf16"]\n[[shape]]\nm = 1\nn = 1\nk = 1\ntrans = "nt"\n',
+     "[[shape]] #1: unknown key 'trans'; allowed: m, n, k, label, weight"),
 ])
 def test_each_problem_is_one_message_naming_the_file_and_the_entry(tmp_path, text, message):
     path = write(tmp_path, text)
@@ -122,6 +131,25 @@ def test_each_problem_is_one_message_naming_the_file_and_the_entry(tmp_path, tex
         load_workload(path)
     assert str(caught.value).startswith(f"workload {path}: ") and message in str(caught.value)
     assert "\n" not in str(caught.value) and isinstance(caught.value, InvalidParameter)
+
+
+def test_a_file_names_its_variant_and_the_command_line_adds_to_it_or_agrees(tmp_path):
+    w = load_workload(write(tmp_path, 'act = "gelu"\ntrans = "nt"\nout = "bf16"\n' + GOOD))
+    assert w.variant == Variant("nt", "bf16", "none", "gelu")
+    assert w.variant_given == (("trans", "nt"), ("out", "bf16"), ("act", "gelu"))
+    assert w.variant_with({}) == w.variant == w.variant_with({"trans": "nt", "act": "gelu"})
+    assert w.variant_with({"bias": "col"}) == Variant("nt", "bf16", "col", "gelu")  # a key the file leaves out
+    with pytest.raises(InvalidParameter) as caught:
+        w.variant_with({"bias": "col", "out": "fp16"})
+    assert str(caught.value) == f'--out fp16 disagrees with workload {w.path}, which says out = "bf16"; leave --out ' \
+        "out, or change the file"
+    plain = load_workload(write(tmp_path, GOOD, "plain.toml"))
+    assert plain.variant == Variant() and plain.variant_given == ()
+    assert plain.variant_with({"trans": "tn"}) == Variant("tn")
+    # a key given at its default value is given: an option must agree with it
+    explicit = load_workload(write(tmp_path, 'trans = "nn"\n' + GOOD, "nn.toml"))
+    with pytest.raises(InvalidParameter, match='--trans nt disagrees with workload .*nn.toml, which says trans = "nn"'):
+        explicit.variant_with({"trans": "nt"})
 
 
 def test_a_missing_file_is_one_message(tmp_path):
@@ -138,6 +166,12 @@ def test_the_llama3_8b_example_is_its_four_layers_at_four_token_counts():
         mine = [e for e in w.entries if e.label == label]
         assert [(e.shape.m, e.shape.n, e.shape.k, e.weight) for e in mine] == \
             [(m, n, k, 1.0) for m in (16, 128, 1024, 4096)]
+
+
+def test_the_llama3_8b_linear_example_is_the_same_layers_as_f_linear_in_bf16():
+    plain, linear = (load_workload(REPO / "workloads" / name) for name in ("llama3-8b.toml", "llama3-8b-linear.toml"))
+    assert linear.entries == plain.entries and linear.precisions == ("bf16",)
+    assert linear.variant == Variant("nt", "bf16")
 
 
 def test_tuning_order_is_per_layer_with_m_ascending(tmp_path):
@@ -376,3 +410,56 @@ def test_a_bad_workload_file_exits_2_with_one_message(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err == f"gemmgen: error: workload {path}: [[shape]] #1: m = 0: M, N and K must be whole " \
         "numbers from 1 to 2147483647 (2^31 - 1)\n"
+
+
+# ---- a workload that names its variant: tune and emit --dispatch take it ----
+
+TINY_NT = 'trans = "nt"\nout = "bf16"\n' + TINY
+
+
+def test_tune_workload_tunes_the_files_variant(tmp_path, capsys, fake_gpu):
+    """The file's nt/bf16 with --bias and --act added: every study and kernel is of nt bf16 col gelu."""
+    path, url = write(tmp_path, TINY_NT), f"sqlite:///{tmp_path / 'tune.db'}"
+    argv = ["tune", "--workload", str(path), "--gpu", "sm_90", "--trials", "2", "--sampler", "random", "--seed", "1",
+            "--jobs", "2", "--db", url, "--bias", "col", "--act", "gelu", "--trans", "nt"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "in bf16_nt_obf16_bcol_gelu (hopper)" in err
+    assert {s.study_name for s in optuna.get_all_study_summaries(url)} == \
+        {f"hopper-bf16_nt_obf16_bcol_gelu-sm_90-{s}" for s in ("64x256x256", "128x256x256", "64x512x256")}
+    assert all(name.endswith("_bf16_nt_obf16_bcol_gelu") for bench in fake_gpu.made for name in bench.measured)
+    assert out.startswith("workload w (variant nt bf16 col gelu)\n")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--out", "fp16"], '--out fp16 disagrees with workload {path}, which says out = "bf16"; leave --out out, or '
+                        "change the file"),
+    ([], "family wmma does not compute trans=nt (only nn); out=bf16 (only fp32)"),  # tune_argv's --family wmma
+])
+def test_tune_workload_refuses_options_that_disagree_with_its_variant(tmp_path, capsys, extra, message):
+    path = write(tmp_path, TINY_NT)
+    assert main(tune_argv(path, f"sqlite:///{tmp_path / 'tune.db'}") + extra) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"gemmgen: error: {message.format(path=path)}") and err.count("\n") == 1
+    assert not (tmp_path / "tune.db").exists()
+
+
+def test_emit_dispatch_serves_the_workloads_variant(tmp_path, capsys):
+    from test_dispatch import NT_GELU, V_BIG, V_THIN, _stored_variant
+
+    _, url = _stored_variant(tmp_path)
+    path = write(tmp_path, 'precisions = ["bf16"]\ntrans = "nt"\nout = "bf16"\nbias = "col"\nact = "gelu"\n'
+                           '[[shape]]\nm = [16, 4096]\nn = 4096\nk = 4096\n')
+    argv = ["emit", "--dispatch", "--workload", str(path), "--gpu", "sm_90", "--db", url]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"16x4096x4096 -> {V_THIN}, 4096x4096x4096 -> {V_BIG}" in captured.err
+    assert f'return "{NT_GELU.text}";' in captured.out
+    line = next(ln for ln in captured.out.splitlines() if ln.startswith("//   gemmgen emit "))
+    assert line == f"//   gemmgen emit --dispatch --workload {path} --precision bf16 --gpu sm_90 --trans nt --out bf16 " \
+                   "--bias col --act gelu"
+    assert main([*argv, "--act", "gelu"]) == 0 and capsys.readouterr().out == captured.out  # agreeing
+    assert main([*argv, "--act", "relu"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"gemmgen: error: --act relu disagrees with workload {path}, which " \
+        'says act = "gelu"; leave --act out, or change the file\n'

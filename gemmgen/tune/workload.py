@@ -213,11 +213,12 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
     return results, interrupted
 
 
-def format_report(workload: Workload, results: list[ShapeResult]) -> str:
+def format_report(workload: Workload, results: list[ShapeResult], variant: Variant = Variant()) -> str:
     """Per precision: a table of its shapes (shape, label, weight, winner, TFLOP/s, % of cuBLAS,
     the study's trials, what this run did) and the weighted geometric mean of % cuBLAS over the
-    shapes that have one."""
-    lines = [f"workload {workload.name}" + (f": {workload.description}" if workload.description else "")]
+    shapes that have one; ``variant``, the one tuned, is named where it is not the default."""
+    lines = [f"workload {workload.name}" + (f" (variant {variant.text})" if variant != Variant() else "")
+             + (f": {workload.description}" if workload.description else "")]
     columns = ["shape", "label", "weight", "kernel", "TFLOP/s", "% cuBLAS", "trials", "this run"]
     for precision in dict.fromkeys(r.precision for r in results):
         mine = [r for r in results if r.precision == precision]
