@@ -1,18 +1,21 @@
 """The fused epilogue (bias and activation) without a GPU: names and their parsing, the families
-that refuse it, the hopper source and launcher ABI (the bias right after C), the host reference
-and the tolerance it adds, and cuBLASLt's coverage."""
+that refuse it, the hopper, mma and warp sources and launcher ABI (the bias right after C; mma
+and warp apply it at their one store, after the split-K reduction), that they compile without
+spilling, the host reference and the tolerance it adds, and cuBLASLt's coverage."""
 
 import math
 
 import numpy as np
 import pytest
 
+from conftest import assert_compiles_without_spills, build_all
+
 from gemmgen import tolerance, verify
 from gemmgen.config import make_config
 from gemmgen.cublaslt import supported
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.points import resolve_point
-from gemmgen.problem import Variant, variant_of
+from gemmgen.problem import ACTIVATIONS, BIASES, Variant, variant_of
 from gemmgen.render import render_kernel
 
 POINT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "trans": "nt", "out": "bf16"}
@@ -47,11 +50,26 @@ def test_variant_text_round_trips_and_old_launchers_read_as_no_epilogue():
         Variant(act="tanh")
 
 
-def test_families_refuse_an_epilogue_they_do_not_fuse():
-    with pytest.raises(InvalidPoint, match="family warp adds no bias in its epilogue"):
-        make_config("warp", {"bias": "col"}, "fp32")
-    with pytest.raises(InvalidPoint, match="family warp applies act=none only, not act=gelu"):
-        make_config("warp", {"act": "gelu"}, "fp32")
+@pytest.mark.parametrize("family, precision", [("naive", "fp32"), ("shared", "fp32"), ("register", "fp32"),
+                                               ("wmma", "fp16"), ("fastgemm", "fp32")])
+def test_families_refuse_an_epilogue_they_do_not_fuse(family, precision):
+    with pytest.raises(InvalidPoint, match=f"family {family} adds no bias in its epilogue \\(bias=none only\\), "
+                                           "not bias=col"):
+        make_config(family, {"bias": "col"}, precision)
+    with pytest.raises(InvalidPoint, match=f"family {family} applies act=none only, not act=gelu"):
+        make_config(family, {"act": "gelu"}, precision)
+
+
+def test_others_refuse_while_hopper_mma_and_warp_take_every_epilogue():
+    from gemmgen.families import FAMILIES
+
+    fusing = {name for name, f in FAMILIES.items() if f.biases != ("none",) or f.activations != ("none",)}
+    assert fusing == {"hopper", "mma", "warp"}
+    for name in fusing:
+        assert FAMILIES[name].biases == BIASES and FAMILIES[name].activations == ACTIVATIONS
+
+
+def test_hopper_refuses_the_epilogue_where_overlap_cannot_hold_it():
     with pytest.raises(InvalidPoint, match="overlap=1 staggers the TMA-store epilogue"):
         make_config("hopper", {"overlap": 1, "swap": 1, "BM": 32, "BN": 128, "act": "relu"}, "fp16")
 
@@ -73,6 +91,95 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
     assert "gg_epilogue<__nv_bfloat16>" not in plain and "const __nv_bfloat16* bias" not in plain
     assert "__nv_bfloat16* C, cudaStream_t stream)" in plain
+
+
+MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
+MMA_TF32 = {"BM": 128, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 4, "frags": 2}
+MMA_SPLIT = {"BM": 32, "BN": 128, "BK": 16, "WARPS_M": 1, "WARPS_N": 4, "stages": 4, "frags": 1, "split_k": 4}
+WARP = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "TM": 8, "TN": 8, "buffers": 2}  # v4
+# Each of mma's stores (fp16/bf16 fragments; tf32 nn's C^T form; tf32 B stored K x N, 4-element
+# rows; tf32 A stored K x M, row pairs; tf32 nt, plain) into fp32 and 16-bit C, split-K, and warp's.
+EPILOGUE_POINTS = [
+    ("mma", "fp16", {**MMA, "bias": "col", "act": "gelu"}),
+    ("mma", "bf16", {**MMA, "trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}),
+    ("mma", "fp16", {**MMA, "trans": "tn", "out": "fp16", "bias": "row", "act": "silu"}),
+    ("mma", "tf32", {**MMA_TF32, "bias": "row", "act": "relu"}),
+    ("mma", "tf32", {**MMA_TF32, "out": "bf16", "bias": "col", "act": "silu"}),
+    ("mma", "tf32", {**MMA_TF32, "trans": "tn", "out": "fp16", "bias": "col", "act": "gelu"}),
+    ("mma", "tf32", {**MMA_TF32, "trans": "tt", "bias": "row", "act": "gelu"}),
+    ("mma", "tf32", {**MMA_TF32, "trans": "nt", "act": "silu"}),
+    ("mma", "tf32", {**MMA_SPLIT, "trans": "tn", "bias": "col", "act": "relu"}),
+    ("mma", "bf16", {**MMA, "split_k": 2, "out": "bf16", "bias": "row", "act": "gelu"}),
+    ("warp", "fp32", {**WARP, "bias": "col", "act": "gelu"}),
+    ("warp", "fp32", {**WARP, "trans": "tt", "split_k": 4, "bias": "row", "act": "silu"}),
+    ("warp", "fp32", {**WARP, "split_k": 2, "act": "relu"}),
+]
+
+
+def _point_ids(points):
+    return [f"{f}-{p}-{q.get('trans', 'nn')}-o{q.get('out', 'fp32')}-b{q.get('bias', 'none')}-{q.get('act', 'none')}"
+            f"-k{q.get('split_k', 1)}" for f, p, q in points]
+
+
+def _kernel_body(source: str) -> str:
+    return source.split('extern "C" __global__')[1].split("#ifndef GEMMGEN_LAUNCHER")[0]
+
+
+@pytest.mark.parametrize("family, precision, params", EPILOGUE_POINTS, ids=_point_ids(EPILOGUE_POINTS))
+def test_mma_and_warp_apply_the_epilogue_once_at_the_store(family, precision, params):
+    """The bias comes right after C; each thread loads its bias values in one place, before its
+    stores; every store applies the epilogue, and where there is split-K only after the
+    reduction (gg_splitk_reduce itself never sees it): partial sums never go through it."""
+    config = make_config(family, params, precision)
+    v, ct = config.variant, config.output_type
+    source = render_kernel(config)
+    body = _kernel_body(source)
+    assert config.name.endswith(v.suffix)
+    assert f'return "{v.text}";' in source
+    if v.bias != "none":
+        assert f"{ct}* __restrict__ C, const {ct}* __restrict__ bias, const gg_workspace ws)" in source
+        assert f"float beta, {ct}* C, const {ct}* bias, cudaStream_t stream)" in source
+        assert body.count("gg_bias_value(bias") == 1
+        index, count = ("row", "M") if v.bias == "row" else ("col0", "N")  # of M rows, or N columns
+        load = body.split("gg_bias_value(bias, ")[1].split(";")[0]
+        assert load.startswith(index) and load.endswith(f", {count})"), load
+    else:
+        assert "const float* bias" not in source and "gg_bias_value(bias" not in body
+    assert f"constexpr int GG_BIAS = {BIASES.index(v.bias)};" in source
+    assert f"constexpr int GG_ACT = {ACTIVATIONS.index(v.act)};" in source
+    stores = [i for i in range(len(body)) if body.startswith(("gg_store_c<", "store_c16(mma_int"), i)]
+    assert stores
+    if ct == "float":
+        assert "gg_bias_act(alpha * acc[i] + beta * out[i]" in source  # gg_store_c: the sum first, then bias and act
+    else:
+        assert "out[e] = gg_bias_act(out[e], " in body  # store_c16, in fp32 before the one rounding
+    reduce_helper = source.split("GG_DEVICE bool gg_splitk_reduce")[1].split("\n}\n")[0]
+    assert "gg_bias_act" not in reduce_helper and "gg_activate" not in reduce_helper
+    if config.geometry.split_k > 1:
+        reduce = body.index("gg_splitk_reduce<")
+        assert all(i > reduce for i in stores) and body.index("gg_bias_act" if ct != "float" else "gg_store_c<") > reduce
+        assert body.count("gg_splitk_reduce<") == 1
+
+
+@pytest.mark.parametrize("family, precision, params", [("mma", "fp16", MMA), ("mma", "tf32", {**MMA_TF32, "trans": "tn"}),
+                                                       ("mma", "bf16", {**MMA, "out": "bf16", "split_k": 2}),
+                                                       ("warp", "fp32", {**WARP, "split_k": 4})])
+def test_mma_and_warp_without_an_epilogue_have_no_epilogue_code(family, precision, params):
+    source = render_kernel(make_config(family, params, precision))
+    assert "gg_bias_act" not in source and "gg_activate" not in source and "GG_ACT" not in source
+    assert "bias" not in _kernel_body(source).split("{", 1)[0]  # the kernel's parameters
+    assert "float row_bias" not in source and "const float* col_bias" not in source
+
+
+@pytest.mark.nvcc
+def test_mma_and_warp_epilogues_compile_without_spills(build_cache):
+    """One point of each of mma's stores and of warp, with an epilogue, for sm_80, sm_89 and sm_90:
+    no spills (their variants without one spill nowhere either)."""
+    targets = ["sm_80", "sm_89", "sm_90"]
+    configs = {i: make_config(f, q, p, targets[i % 3]) for i, (f, p, q) in enumerate(EPILOGUE_POINTS)
+               if i in (1, 3, 5, 6, 8, 9, 11)}
+    for config, result in build_all(configs).values():
+        assert_compiles_without_spills(config, result)
 
 
 def test_activation_reference_values():

@@ -37,6 +37,12 @@ columns in place. tf32 nn keeps its own formulation (C^T = B^T A^T: B in the mma
 Misaligned rows of A or B are packed as they are stored (gg_pack_plan: B_T, A_T). C is stored
 as fp32, fp16 or bf16 (the variant's ``out``): accumulation, split-K partials and ``beta * C`` in
 fp32 (C read in its type), rounded once at the store.
+
+Epilogue (the variant's ``bias`` and ``act``): C = act(alpha * acc + beta * C + bias) in fp32
+registers right before that rounding (gg_store_c, or store_c16 for 16-bit C), after the split-K
+reduction where there is one, so only the final sum goes through it; the packing and the null
+workspace path change how A and B are read, not the store. A thread loads each bias value it
+needs once: its stores walk the tiles along the bias's dimension in the outer loop.
 """
 
 from gemmgen.dtypes import PRECISIONS
@@ -114,5 +120,7 @@ FAMILY = Family(
     min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
     layouts=("nn", "nt", "tn", "tt"),
     outputs=("fp32", "fp16", "bf16"),
+    biases=("none", "row", "col"),
+    activations=("none", "relu", "gelu", "silu"),
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )

@@ -17,6 +17,10 @@ partial tile in the workspace; the last of them to finish adds all of them in sp
 runs the epilogue, so results are deterministic (common.cuh.j2's gg_splitk_reduce). ``swizzle`` = G
 walks the blocks G tile rows at a time, column by column, so that blocks running together share
 tiles of A and B in L2 (1: plain row-major order).
+
+Epilogue (the variant's ``bias`` and ``act``): C = act(alpha * acc + beta * C + bias) in fp32 at
+the store (gg_store_c), after the split-K reduction where there is one, so only the final sum
+goes through it. A thread loads the bias of its TN columns (or of each of its TM rows) once.
 """
 
 from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
@@ -86,4 +90,6 @@ FAMILY = Family(
     derive=derive,
     check=check,
     layouts=("nn", "nt", "tn", "tt"),
+    biases=("none", "row", "col"),
+    activations=("none", "relu", "gelu", "silu"),
 )
