@@ -128,8 +128,9 @@ template <int REGS>
 __device__ __forceinline__ void gg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride
-// byte offsets (K-major: LBO unused, SBO = 8 rows of 128 bytes; N-major: LBO = the distance
-// between 64-column chunks, SBO = 8 k-rows of 128 bytes). Adding (bytes >> 4) moves the start.
+// byte offsets (K-major: LBO unused, SBO = 8 rows of 128 bytes; MN-major, read with wgmma's
+// transpose bit: LBO = the distance between 64-column chunks, SBO = 8 k-rows of 128 bytes).
+// Adding (bytes >> 4) moves the start.
 __device__ __forceinline__ uint64_t gg_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo)
 {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | 1ull << 62;

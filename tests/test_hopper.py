@@ -1,9 +1,11 @@
 """The hopper family without a GPU: its constraints (sm_90 only, registers, tiles, shared memory)
 with their messages, the geometry and tensor-map boxes it derives, the PTX it emits for each
-precision, the TMA-store epilogue and its launcher, stream-K's schedule, workspace and launcher, the
-sm_90a build, and -- where nvdisasm is installed -- that the SASS holds HGMMA, TMA loads and TMA
-stores."""
+precision, the TMA-store epilogue and its launcher, stream-K's schedule, workspace and launcher,
+A stored K x M (trans tn, tt: its tile, wgmma's transpose bits, its tensor map and packing), the
+sm_90a build, and -- where nvdisasm is installed -- that the SASS holds HGMMA (transposing the
+operands that lie MN-major), TMA loads and TMA stores."""
 
+import re
 import subprocess
 
 import pytest
@@ -162,6 +164,14 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
                                                         "per consumer: BM/consumers = 128 must be 64"),
     ({"BN": 192, "stages": 3, "overlap": 1}, "fp16", "overlap=1 is tested only with tile halves of whole 64-column "
                                                      "chunks: BN=192 must be a multiple of 128"),
+    # A stored K x M: tf32 has no transpose bit; swap=1 reads A's 64-column chunks as wgmma's N
+    ({"trans": "tn"}, "tf32", "tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an "
+                              "N-major B; wgmma transposes 16-bit operands only, so A stored K x M (trans=tn, tt) "
+                              "takes fp16 or bf16)"),
+    ({"BM": 32, "swap": 1, "trans": "tt"}, "bf16", "swap=1 reads A stored K x M (trans=tt) as wgmma's N-major B "
+                                                   "operand, in the 128-byte swizzle's 64-column chunks of M: BM=32 "
+                                                   "must be a multiple of 64 (BM=16 and 32 take trans=nn or nt)"),
+    ({"BM": 16, "BN": 128, "consumers": 1, "swap": 1, "trans": "tn"}, "fp16", "BM=16 must be a multiple of 64"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -231,6 +241,15 @@ def test_tma_stores_c_only_where_the_kernel_does():
     assert "tma_c" not in render_kernel(tf32)
 
 
+# A stored K x M, by the HGMMA transpose flags they take (test_sass_transposes_..., below)
+A_STORED_K_BY_M = {
+    "tn": ("fp16", {**DEFAULT, "trans": "tn"}),
+    "tt": ("bf16", {**DEFAULT, "swizzle": 16, "trans": "tt", "out": "bf16", "bias": "col", "act": "gelu"}),
+    "tn-swap": ("fp16", {"BM": 64, "BN": 128, "consumers": 1, "stages": 8, "swizzle": 1, "streamk": 1, "swap": 1,
+                         "trans": "tn"}),
+    "tt-swap": ("bf16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 8, "swap": 1, "trans": "tt",
+                         "out": "bf16"}),
+}
 VARIANTS = [
     ("fp16", DEFAULT),
     ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8}),
@@ -250,6 +269,14 @@ VARIANTS = [
     ("bf16", {"BM": 32, "BN": 256, "consumers": 2, "stages": 6, "swizzle": 4, "cluster": 2, "swap": 1}),
     ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 4, "schedule": "pingpong", "swap": 1}),
     ("tf32", {"BM": 16, "BN": 64, "consumers": 1, "stages": 8, "swizzle": 1, "streamk": 1}),
+    # A stored K x M (trans tn, tt), with each schedule, swap, clusters, overlap and the epilogue
+    *A_STORED_K_BY_M.values(),
+    ("bf16", {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong", "trans": "tn", "out": "fp16", "bias": "row",
+              "act": "relu"}),
+    ("fp16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1, "trans": "tt"}),
+    ("fp16", {**DEFAULT, "swizzle": 8, "overlap": 1, "trans": "tn", "out": "fp16"}),
+    ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 4, "schedule": "pingpong", "cluster": 2, "swap": 1,
+              "trans": "tt", "bias": "col", "act": "silu"}),
 ]
 
 
@@ -436,3 +463,89 @@ def test_swap_point_computes_c_transposed_from_shared_memory():
 def test_swap_constraints(params, precision, expected):
     with pytest.raises(InvalidPoint, match=expected):
         make_config("hopper", {**DEFAULT, **params}, precision, "sm_90")
+
+
+# ---- A stored K x M (trans tn, tt) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("trans, swap, bits", [
+    ("nn", 0, "0, 1"), ("nt", 0, "0, 0"), ("tn", 0, "1, 1"), ("tt", 0, "1, 0"),
+    ("nn", 1, "1, 0"), ("nt", 1, "0, 0"), ("tn", 1, "1, 1"), ("tt", 1, "0, 1"),
+])
+def test_transpose_bits_name_the_operands_that_lie_mn_major(trans, swap, bits):
+    """wgmma's A and B transpose bits are set where that operand's tile lies MN-major: the A tile
+    where A is stored K x M, the B tile where B is stored K x N; swap=1 hands the B tile to
+    wgmma's A and the A tile to its B."""
+    config = make_config("hopper", {**DEFAULT, "swap": swap, "trans": trans}, "fp16", "sm_90")
+    assert (config.derived["TRANSPOSE_A"], config.derived["TRANSPOSE_B"]) == tuple(int(b) for b in bits.split(", "))
+    assert f"acc, 1, 1, {bits};" in render_kernel(config)
+
+
+def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
+    c = make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90")
+    assert c.name == "hopper_128x256_c2_s4_fp16_tn" and resolve_point(c.name, "sm_90") == c
+    d, g = c.derived, c.geometry
+    # boxes of 64 k-rows x 64 columns (128 bytes of M), two per A tile, the same box as B's
+    assert g.tma.box_a == (64, 64) == g.tma.box_b and d["A_LOADS"] == 2 and d["B_LOADS"] == 4
+    assert g.smem_bytes == make_config("hopper", DEFAULT, "fp16", "sm_90").geometry.smem_bytes
+    source = render_kernel(c)
+    assert "gg_tma_load(a_dst + j * A_BOX_BYTES, &tma_a, tm * BM + j * BK, kt * BK, bar);" in source
+    # wgmma's A reads the chunks M-major (LBO: the chunk size), 16 k-rows per k step; each 64 rows of
+    # a consumer are one chunk, as large as 64 K-major rows of 128 bytes
+    assert ("const uint64_t desc_a = gg_wgmma_desc(smem + (HP_PINGPONG ? 0 : consumer * ROWS * 128), A_BOX_BYTES, "
+            "1024);") in source
+    assert "constexpr unsigned A_MI = 64 * 128, A_STEP = 16 * 128, B_STEP = 16 * 128;" in source
+    # the launcher's map over A as stored (K rows of M) or over its packed copy (rows of mp), which the
+    # pack kernel makes of A as stored
+    assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
+    assert "const size_t np = gg_packed_ld<8>(p.N), mp = gg_packed_ld<8>(p.M);" in source
+    assert "over A (K x M as stored, box 64 x 64)" in source
+    assert source.count("gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);") == 2
+    assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, K, M);" in source
+    nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
+    assert "A_BOX_BYTES" not in nn and "gg_tma_load(a_dst, &tma_a, kt * BK, tm * BM, bar);" in nn
+    assert "p.M, p.K, a_bytes ? kp : (size_t)p.K, 128, 64);" in nn and "over A (M x K, box 128 x 64)" in nn
+
+
+def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
+    c = make_config("hopper", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swap": 1, "trans": "tt"}, "bf16",
+                    "sm_90")
+    assert c.name == "hopper_256x128_c2_s3_sw_bf16_tt" and c.derived["A_LOADS"] == 4
+    source = render_kernel(c)
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in source and "acc, 1, 1, 0, 1;" in source
+    # B stored N x K as wgmma's A, K-major; the A tile as its B, N-major in 64-column chunks
+    assert "const uint64_t desc_b = gg_wgmma_desc(smem, A_BOX_BYTES, 1024);" in source
+    assert "constexpr unsigned A_MI = 64 * 128, A_STEP = 32, B_STEP = 16 * 128;" in source
+    # the launcher's maps: A K x M, B N x K, both as stored
+    assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
+    assert "p.N, p.K, b_bytes ? kp : (size_t)p.K, 64, 64);" in source
+
+
+@pytest.mark.nvcc
+def test_packs_a_stored_k_by_m_where_its_rows_of_m_break_16_bytes():
+    tn = launcher_of(make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90"))
+    assert packed(tn, 4096, 4096, 4096) == (0, 0)
+    assert packed(tn, 96, 32, 63) == (0, 0)  # K % 8 breaks no stored row: A's are M long, B's N
+    assert packed(tn, 100, 32, 63) == (-(-63 * 104 * 2 // 256) * 256, 0)  # M % 8: K rows of 104 halves
+    assert packed(tn, 96, 32, 64, a=2) == (64 * 96 * 2, 0)  # A's pointer not 16-byte aligned
+    tt = launcher_of(make_config("hopper", {**DEFAULT, "trans": "tt"}, "bf16", "sm_90"))
+    # both as stored: A K x M (M = 7), B N x K (K = 63)
+    assert packed(tt, 7, 33, 63) == (-(-63 * 8 * 2 // 256) * 256, -(-33 * 64 * 2 // 256) * 256)
+
+
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
+@pytest.mark.parametrize("key, flags", [("nn", ".tnspB"), ("nn-swap", ".tnspA"), ("tn", ".tnspA.tnspB"),
+                                        ("tt", ".tnspA"), ("tn-swap", ".tnspA.tnspB"), ("tt-swap", ".tnspB")])
+def test_sass_transposes_exactly_the_operands_stored_mn_major(key, flags):
+    """Every HGMMA of the kernel carries the transpose flags of its variant's operands (the
+    builds of test_variants_compile_for_sm90a_without_spills, cached), and A stored K x M arrives
+    through TMA loads like the other operands."""
+    nn_swap = {"BM": 32, "BN": 256, "consumers": 2, "stages": 6, "swizzle": 4, "cluster": 2, "swap": 1}
+    precision, params = {"nn": ("fp16", DEFAULT), "nn-swap": ("bf16", nn_swap), **A_STORED_K_BY_M}[key]
+    config = make_config("hopper", params, precision, "sm_90")
+    result = build_kernel(config)
+    assert result.ok, result.log
+    sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
+    kernel = sass[sass.index(f".text.{config.name}:"):]
+    found = set(re.findall(r"HGMMA\.\S+ R\d+, gdesc\[UR\d+\]((?:\.tnsp[AB])*)", kernel))
+    assert found == {flags}, found
+    assert "UTMALDG.2D" in kernel and "LDL" not in kernel and "STL" not in kernel

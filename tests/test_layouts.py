@@ -1,9 +1,10 @@
-"""Operand layouts (trans nt, tn, tt) of the mma and warp families, and mma's 16-bit C, without a
-GPU: which families take which variants (and the one-line refusals of the rest), names that parse
-back, what the emitted source does for each layout (ldmatrix with or without .trans, tf32's
-8-byte pair loads, transposing stores, C's type), that every new variant compiles for sm_80 and
-sm_90 without spilling, and that the cuBLAS calls of the checks (the float64 reference and the
-baseline) read A and B as each layout stores them. tests/test_gpu_layouts.py runs them."""
+"""Operand layouts (trans nt, tn, tt) of the mma, warp and hopper families, and mma's 16-bit C,
+without a GPU: which families take which variants (and the one-line refusals of the rest), names
+that parse back, what the emitted source does for each layout (ldmatrix with or without .trans,
+tf32's 8-byte pair loads, transposing stores, C's type; hopper's in tests/test_hopper.py), that
+every new variant compiles for sm_80 and sm_90 without spilling, and that the cuBLAS calls of the
+checks (the float64 reference and the baseline) read A and B as each layout stores them.
+tests/test_gpu_layouts.py runs them."""
 
 import ctypes
 
@@ -38,6 +39,17 @@ def test_mma_and_warp_take_every_layout(trans):
     assert make_config("warp", {**WARP, "trans": trans}, "fp32").variant == Variant(trans)
 
 
+@pytest.mark.parametrize("trans", LAYOUTS)
+def test_hopper_takes_every_layout_in_16_bit_types_and_tf32_nn_only(trans):
+    for precision in ("fp16", "bf16"):
+        for out in ("fp32", precision):
+            config = make_config("hopper", {"trans": trans, "out": out}, precision, "sm_90")
+            assert config.variant == Variant(trans, out) and config.name.endswith(config.variant.suffix)
+    if trans != "nn":
+        with pytest.raises(InvalidPoint, match=r"tf32 computes trans=nn into fp32 C only so far"):
+            make_config("hopper", {"trans": trans}, "tf32", "sm_90")
+
+
 @pytest.mark.parametrize("out", ["fp16", "bf16"])
 def test_mma_stores_16_bit_c_for_every_precision_and_layout(out):
     for precision in ("fp16", "bf16", "tf32"):
@@ -51,7 +63,8 @@ def test_mma_stores_16_bit_c_for_every_precision_and_layout(out):
     ("wmma", {"trans": "tn"}, "fp16", "family wmma computes layout nn only, not trans=tn"),
     ("register", {"trans": "tt"}, "fp32", "family register computes layout nn only, not trans=tt"),
     ("fastgemm", {"trans": "nt"}, "fp32", "family fastgemm computes layout nn only, not trans=nt"),
-    ("hopper", {"trans": "tn"}, "fp16", "family hopper computes layout nn and nt only, not trans=tn"),
+    ("hopper", {"trans": "tn"}, "tf32", "wgmma transposes 16-bit operands only, so A stored K x M (trans=tn, tt) "
+                                        "takes fp16 or bf16"),
 ])
 def test_other_variants_are_refused_in_one_line(family, params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -61,7 +74,10 @@ def test_other_variants_are_refused_in_one_line(family, params, precision, expec
 
 @pytest.mark.parametrize("name", ["mma_128x128x32_w2x2_s3_f2_fp16_tn", "mma_128x128x32_w2x2_s3_f2_k4_g8_bf16_tt_obf16",
                                   "mma_128x128x16_w2x2_s4_f2_tf32_nt_ofp16", "mma_64x32x16_w2x2_s3_f1_fp16_ofp16",
-                                  "warp_128x128x8_w64x32_t8x8_b2_fp32_tt", "warp_16x64x32_w16x16_t2x4_b2_k8_fp32_nt"])
+                                  "warp_128x128x8_w64x32_t8x8_b2_fp32_tt", "warp_16x64x32_w16x16_t2x4_b2_k8_fp32_nt",
+                                  "hopper_128x256_c2_s4_fp16_tn", "hopper_128x256_c2_s4_g16_bf16_tt_obf16_bcol_gelu",
+                                  "hopper_256x128_c2_s3_g8_sw_bf16_tt",
+                                  "hopper_128x128_c2_s6_pingpong_fp16_tn_ofp16_brow_relu"])
 def test_layout_names_parse_back(name):
     config = resolve_point(name)
     assert config.name == name and name.endswith(config.variant.suffix) and config.variant != Variant()

@@ -26,7 +26,12 @@ barriers.
 fp16/bf16 B is read N-major (wgmma's transpose bit). With ``swap`` = 1 fp16/bf16 compute C^T = B^T A^T
 like tf32 below, both operands straight from shared memory (B^T as wgmma's A, M-major through the
 transpose bit; the A tile as wgmma's B, K-major), so that BM = 16 or 32 rows are wgmma's N and a
-thin problem multiplies no rows of zeros. tf32 wgmma reads shared-memory operands
+thin problem multiplies no rows of zeros.
+Each operand's tile lies in shared memory as the operand is stored, and wgmma reads it with or
+without its transpose bit (16-bit types; derive's TRANSPOSE_A/B): B stored N x K (trans nt, tt)
+arrives as BN rows of 128 bytes, K-major like A; A stored K x M (trans tn, tt) as B stored K x N
+does, BM / 64 column chunks of BK rows x 128 bytes, M-major (with swap=1 wgmma's N-major B, so BM
+is a multiple of 64 there). tf32 wgmma reads shared-memory operands
 K-major only, and B lies N-major, so tf32 computes C^T = B^T A^T instead: wgmma's A operand is a
 consumer's columns of B^T, which its threads load from the B tile into registers (the loads do the
 transposing, conflict-free through the swizzle), and wgmma's B operand is the A tile, K-major as it
@@ -61,10 +66,11 @@ tiles at once, from L2), and the block holding a tile's last k tiles adds the ot
 sums, left in the workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and
 stores C. The schedule is HpWork in the template; the kernel decides it at run time.
 
-Where the rows of A or B are not 16-byte aligned, the launch packs that operand into zero-padded
-aligned rows in the workspace first, as ``mma`` does; TMA's bounds checks zero-fill every tile
-edge of the loads and clip the stores at C's edges, and the direct stores stay inside C, so any
-M, N, K >= 1 is correct.
+Where the rows of A or B as stored are not 16-byte aligned (rows of K, N or, for A stored K x M,
+M elements that are not a multiple of 16 bytes, or a misaligned pointer), the launch packs that
+operand as it is stored into zero-padded aligned rows in the workspace first, as ``mma`` does
+(gg_pack_plan); TMA's bounds checks zero-fill every tile edge of the loads and clip the stores at
+C's edges, and the direct stores stay inside C, so any M, N, K >= 1 is correct.
 """
 
 from gemmgen.dtypes import PRECISIONS
@@ -91,7 +97,8 @@ def derive(p, precision):
     # of 8), so a thin M needs no 64-row tile. tf32 always (B^T fragments from registers).
     tf32 = precision == "tf32"
     swap = tf32 or p["swap"] == 1
-    b_t = p["trans"] == "nt"  # B stored N x K: K-major, like A, no transpose bit
+    a_t = p["trans"][0] == "t"  # A stored K x M: its tile lies M-major, in 64-column chunks like an N-major B's
+    b_t = p["trans"][1] == "t"  # B stored N x K: K-major, like an M x K A
     c_esize = PRECISIONS[p["out"]].bytes
     share = 1 if p["schedule"] == "pingpong" else p["consumers"]
     rows, cols = (p["BM"], p["BN"] // share) if swap else (p["BM"] // share, p["BN"])
@@ -102,20 +109,31 @@ def derive(p, precision):
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
-    # B stored N x K (trans=nt) arrives as BN / 64 boxes of 64 rows (of N) x 128 bytes (of K),
+    # B stored N x K (trans=nt, tt) arrives as BN / 64 boxes of 64 rows (of N) x 128 bytes (of K),
     # as many bytes each; the tile is then BN rows of 128 bytes, K-major.
+    # A stored K x M (trans=tn, tt) arrives as B stored K x N does: A_LOADS boxes of BK rows (of K)
+    # x 128 bytes (of M), each 64 columns of the tile, M-major; otherwise as one box of BM rows.
     b_loads = p["BN"] // 64 if b_t else p["BN"] // bk
+    a_loads = p["BM"] // bk if a_t else 1
+    # wgmma's transpose bits (16-bit types only): whether its A and B operands lie MN-major in
+    # shared memory. The A tile does where A is stored K x M, the B tile where B is stored K x N;
+    # C^T = B^T A^T (swap) gives the B tile to wgmma's A and the A tile to its B.
+    a_mn, b_mn = a_t, not b_t
+    transpose = (b_mn, a_mn) if swap else (a_mn, b_mn)
     c_box = (SWIZZLE_BYTES // c_esize, 16)
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, p["BM"]), box_b=(bk, 64) if b_t else (bk, bk),
+                             tma=Tma(box_a=(bk, bk) if a_t else (bk, p["BM"]), box_b=(bk, 64) if b_t else (bk, bk),
                                      box_c=None if swap else c_box),
                              stream_k=p["streamk"] == 1),
         "BK": bk,
         "ESIZE": esize,
         "SWAP_AB": swap,
+        "A_T": a_t,
         "B_T": b_t,
+        "TRANSPOSE_A": int(transpose[0]),  # wgmma's A operand is MN-major (the transpose bit)
+        "TRANSPOSE_B": int(transpose[1]),  # wgmma's B operand is MN-major
         "C_ESIZE": c_esize,
         "C_BOX_COLS": c_box[0],  # columns of C in one staged box
         "TF32_FRAGS": tf32,  # wgmma's A operand (B^T) from registers: tf32 reads smem K-major only
@@ -128,6 +146,7 @@ def derive(p, precision):
         "B_BYTES": b_bytes,
         "C_BOX_BYTES": C_BOX_BYTES,
         "C_BUFFERS": C_BUFFERS,
+        "A_LOADS": a_loads,
         "B_LOADS": b_loads,
         "SK_FLAGS_PER_BLOCK": p["consumers"],  # stream-K: a flag per consumer warpgroup of each block
         "WGMMA_K": dt.mma_k,
@@ -143,7 +162,14 @@ def check(p, precision, d):
     v: list[str] = []
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
     if d["TF32_FRAGS"] and (p["trans"] != "nn" or p["out"] != "fp32"):
-        v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major B)")
+        a_t = ("; wgmma transposes 16-bit operands only, so A stored K x M (trans=tn, tt) takes fp16 or bf16"
+               if d["A_T"] else "")
+        v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major "
+                 f"B{a_t})")
+    if d["A_T"] and d["SWAP_AB"] and not d["TF32_FRAGS"] and p["BM"] % 64:
+        v.append(f"swap=1 reads A stored K x M (trans={p['trans']}) as wgmma's N-major B operand, in the 128-byte "
+                 f"swizzle's 64-column chunks of M: BM={p['BM']} must be a multiple of 64 (BM=16 and 32 take "
+                 "trans=nn or nt)")
     if p["swap"] and d["TF32_FRAGS"]:
         v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
     if p["BM"] < 64 and not d["SWAP_AB"]:
@@ -217,7 +243,7 @@ FAMILY = Family(
     min_cc=90,
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
-    layouts=("nn", "nt"),
+    layouts=("nn", "nt", "tn", "tt"),
     outputs=("fp32", "fp16", "bf16"),
     biases=("none", "row", "col"),
     activations=("none", "relu", "gelu", "silu"),
