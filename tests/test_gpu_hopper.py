@@ -94,15 +94,17 @@ def test_misaligned_c_takes_the_direct_stores(bench, precision, params, offset):
 
 @pytest.mark.parametrize("shape", [Shape(2048, 2048, 64), Shape(1000, 1000, 1000), Shape(4096, 4096, 256),
                                    Shape(300, 2000, 130), Shape(17024, 512, 128)], ids=str)
-@pytest.mark.parametrize("precision, params", [POINTS[14], POINTS[15]], ids=["fp16", "bf16-x2"])
+@pytest.mark.parametrize("precision, params", [POINTS[14], POINTS[15], ("fp16", {**POINTS[14][1], "trans": "tn"})],
+                         ids=["fp16", "bf16-x2", "fp16-tn"])
 def test_overlap_gives_the_same_bits_as_the_plain_epilogue(bench, precision, params, shape):
     """overlap=1 moves where and when the right half of C is stored, not what: the same bits as
     overlap=0, with alpha != 1 (applied before the half is held). The shapes give items of one k
     tile (all held boxes go out after the k loop), of two and three (some after), several tiles per
-    block, and a last partial wave."""
+    block, and a last partial wave; with A stored K x M (tn) too."""
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
     plain = load_kernel(bench, make_config("hopper", {**params, "overlap": 0}, precision, bench.gpu.info.arch))
-    held = load_kernel(bench, make_config("hopper", params, precision, bench.gpu.info.arch))
-    ops = bench.operands(shape, precision)
+    held = load_kernel(bench, config)
+    ops = bench.operands(shape, precision, config.variant)
     ops.fill(np.random.default_rng(13))
     expected = run_gemm(bench, plain, ops, -0.75, 0.0)
     got = run_gemm(bench, held, ops, -0.75, 0.0)

@@ -5,7 +5,12 @@ reading C in its type): split-K, the block swizzle, tf32's pair loads, narrow sw
 shapes where K, M or N break 16-byte rows (the packed path, and A stored K x M read element by
 element). A kernel called with a null workspace copies misaligned operands itself; cuBLAS's
 baseline of each layout passes the same checks; and one emitted library per family, called 20
-times in one process over mixed shapes, misaligned pointers and beta values, is right every time."""
+times in one process over mixed shapes, misaligned pointers and beta values, is right every time.
+
+On sm_90, the same for hopper's A stored K x M (tn, tt; fp16 and bf16): TMA boxes of 64 columns
+of M read M-major by wgmma, in the coop, ping-pong, stream-K, cluster, overlap and swap-AB
+schedules, into fp32 and 16-bit C, with and without the epilogue, at shapes where A's rows of M
+(and B's) break 16 bytes (packed first) and aligned ones."""
 
 import numpy as np
 import pytest
@@ -85,6 +90,57 @@ def test_layout_point_is_correct(bench, family, precision, params, shape):
     assert_measured_ok(bench, config.name, config, shape)
 
 
+# hopper (sm_90), A stored K x M: each schedule, one and two consumers (one and two m64 blocks
+# each: the A tile's 64-column chunks at every offset), swap-AB (A's chunks as wgmma's N-major B),
+# clusters, stream-K, overlap, 16-bit C and the epilogue, with B stored K x N (tn) and N x K (tt)
+HOPPER = [
+    ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "trans": "tn"}),
+    ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "trans": "tt", "out": "bf16"}),
+    ("bf16", {"BM": 128, "BN": 128, "consumers": 1, "stages": 3, "swizzle": 8, "trans": "tn"}),
+    ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 4, "trans": "tt"}),
+    ("fp16", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2, "trans": "tn", "out": "fp16"}),
+    ("bf16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "schedule": "pingpong", "trans": "tn",
+              "out": "bf16"}),
+    ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2, "streamk": 1,
+              "trans": "tt"}),
+    ("fp16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1, "trans": "tn",
+              "out": "fp16"}),
+    ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "cluster": 2, "overlap": 1, "trans": "tt"}),
+    ("fp16", {"BM": 64, "BN": 128, "consumers": 1, "stages": 8, "streamk": 1, "swap": 1, "trans": "tn"}),
+    ("bf16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "swizzle": 8, "swap": 1, "trans": "tt",
+              "out": "bf16"}),
+    ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 4, "schedule": "pingpong", "swap": 1, "cluster": 2,
+              "trans": "tn"}),
+    ("bf16", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "trans": "tt", "out": "bf16",
+              "bias": "col", "act": "gelu"}),
+    ("fp16", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "schedule": "pingpong", "trans": "tn", "out": "fp16",
+              "bias": "row", "act": "relu"}),
+    ("bf16", {"BM": 64, "BN": 256, "consumers": 1, "stages": 4, "swap": 1, "cluster": 2, "trans": "tt", "out": "bf16",
+              "bias": "col", "act": "silu"}),
+]
+# 1x1x1; 7x33x4099: one partial tile, every stored row misaligned (A's of M = 7; B's of N = 33 or
+# K = 4099), 65 k tiles; 100x1000x3000: A's rows of M = 100 packed, B's aligned; 1000^3 aligned
+# (C through TMA stores with beta = 0); 1001x999x1003: nothing aligned; 64x4096x520: thin (a
+# stream-K split, the swap-AB points' case); 300x200x8: one k tile; 2048^3: more tiles than SMs.
+HOPPER_SHAPES = [Shape(1, 1, 1), Shape(7, 33, 4099), Shape(100, 1000, 3000), Shape(1000, 1000, 1000),
+                 Shape(1001, 999, 1003), Shape(64, 4096, 520), Shape(300, 200, 8), Shape(2048, 2048, 2048)]
+
+
+def _hopper_ids(points):
+    keys = ("trans", "out", "schedule", "cluster", "streamk", "overlap", "swap", "bias", "act")
+    return [f"{p}-{params['BM']}x{params['BN']}-c{params['consumers']}-"
+            + "-".join(f"{k}{params[k]}" for k in keys if k in params) for p, params in points]
+
+
+@pytest.mark.usefixtures("needs_sm90")
+@pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=str)
+@pytest.mark.parametrize("precision, params", HOPPER, ids=_hopper_ids(HOPPER))
+def test_hopper_a_stored_k_by_m_is_correct(bench, precision, params, shape):
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
+    assert config.variant.a_transposed and config.name.endswith(config.variant.suffix)
+    assert_measured_ok(bench, config.name, config, shape)
+
+
 @pytest.mark.parametrize("precision, trans", [("fp16", "tn"), ("bf16", "tt"), ("fp16", "nt"), ("tf32", "tn"),
                                               ("tf32", "tt"), ("tf32", "nt")])
 def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, precision, trans):
@@ -136,6 +192,23 @@ def test_layout_library_called_many_times_in_one_process(bench, family, precisio
     1x1x1, K = 1, growing and shrinking, misaligned pointers, beta = 0 into NaN and beta != 0):
     every result within the tolerance of its float64 reference."""
     config = make_config(family, params, precision, bench.gpu.info.arch)
+    kernel = load_kernel(bench, config)
+    try:
+        check_calls_in_one_process(bench, kernel, config, call_sequence(18, count=20), np.random.default_rng(5))
+    finally:
+        kernel.close()
+
+
+HOPPER_LIBRARIES = [HOPPER[1], HOPPER[6], HOPPER[10], HOPPER[13]]
+
+
+@pytest.mark.usefixtures("needs_sm90")
+@pytest.mark.parametrize("precision, params", HOPPER_LIBRARIES, ids=_hopper_ids(HOPPER_LIBRARIES))
+def test_hopper_a_stored_k_by_m_library_called_many_times_in_one_process(bench, precision, params):
+    """As test_layout_library_called_many_times_in_one_process, for hopper with A stored K x M: A
+    at an odd element offset about one call in three (its copy packed), M = 1, 3, 15, 17 ... (rows
+    of M breaking 16 bytes), with a fresh bias each call where the variant adds one."""
+    config = make_config("hopper", params, precision, bench.gpu.info.arch)
     kernel = load_kernel(bench, config)
     try:
         check_calls_in_one_process(bench, kernel, config, call_sequence(18, count=20), np.random.default_rng(5))
