@@ -29,11 +29,14 @@ POINTS = {
     "hopper_nt_obf16_bcol_gelu": ("hopper", "bf16", {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}),
     "hopper_ofp16_brow_silu": ("hopper", "fp16", {"out": "fp16", "bias": "row", "act": "silu"}),
     "hopper_tf32_bcol_relu": ("hopper", "tf32", {"bias": "col", "act": "relu"}),
+    "hopper_tn_obf16_bcol_gelu": ("hopper", "bf16", {"trans": "tn", "out": "bf16", "bias": "col", "act": "gelu"}),
+    "hopper_tt_brow_relu": ("hopper", "fp16", {"trans": "tt", "bias": "row", "act": "relu"}),
     "mma_tn_ofp16": ("mma", "fp16", {"trans": "tn", "out": "fp16"}),
-    "mma_tt_obf16": ("mma", "bf16", {"trans": "tt", "out": "bf16"}),
-    "mma_tf32_nt": ("mma", "tf32", {"trans": "nt"}),
+    "mma_tt_obf16_brow_relu": ("mma", "bf16", {"trans": "tt", "out": "bf16", "bias": "row", "act": "relu"}),
+    "mma_tf32_nt_bcol_gelu": ("mma", "tf32", {"trans": "nt", "bias": "col", "act": "gelu"}),
     "warp_tt": ("warp", "fp32", {"trans": "tt"}),
     "warp_nt": ("warp", "fp32", {"trans": "nt"}),
+    "warp_tn_bcol_silu": ("warp", "fp32", {"trans": "tn", "bias": "col", "act": "silu"}),
 }
 # dispatchers of a variant: label -> (the kernels' canonical names, one shape each serves)
 DISPATCHERS = {
@@ -82,11 +85,13 @@ def tolerance_coefficients(source: str) -> tuple[float, float, float, float]:
     return float(elem[1]), float(elem[2]), float(norm[1]), float(norm[2])
 
 
-VARIANTS = [("hopper", "bf16", Variant(trans, out, bias, act)) for trans in ("nn", "nt")
+VARIANTS = [("hopper", "bf16", Variant(trans, out, bias, act)) for trans in ("nn", "nt", "tn", "tt")
             for out in ("fp32", "bf16") for bias in ("none", "row", "col") for act in ("none", "gelu")] + \
-    [("mma", precision, Variant(trans, out)) for precision in ("fp16", "tf32") for trans in ("nn", "nt", "tn", "tt")
-     for out in (("fp32", "fp16") if precision == "fp16" else ("fp32",))] + \
-    [("warp", "fp32", Variant(trans)) for trans in ("nn", "nt", "tn", "tt")]
+    [("mma", precision, Variant(trans, out, bias, act)) for precision in ("fp16", "tf32")
+     for trans in ("nn", "nt", "tn", "tt") for out in (("fp32", "fp16") if precision == "fp16" else ("fp32",))
+     for bias, act in (("none", "none"), ("row", "silu"))] + \
+    [("warp", "fp32", Variant(trans, "fp32", bias, act)) for trans in ("nn", "nt", "tn", "tt")
+     for bias, act in (("none", "none"), ("col", "relu"))]
 
 
 @pytest.mark.parametrize("family, precision, variant", VARIANTS,
