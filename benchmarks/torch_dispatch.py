@@ -35,9 +35,9 @@ db = ResultsDB(resolve_url(db_path), create=False)
 arch = parse_arch("sm_90")
 clock = Alternate(dev)
 timed, timed_async, timed_gpu, host_us = clock.timed, clock.timed_async, clock.timed_gpu, clock.host_us
-UNSEEN = [Shape(32, 6144, 4096), Shape(64, 4096, 4096), Shape(256, 28672, 4096), Shape(512, 4096, 14336),
-          Shape(2048, 6144, 4096), Shape(3000, 4096, 4096), Shape(8192, 28672, 4096), Shape(100, 4096, 14336),
-          Shape(777, 6144, 4096), Shape(6144, 4096, 4096)]
+UNSEEN = [Shape(32, 6144, 4096), Shape(48, 4096, 4096), Shape(100, 4096, 14336), Shape(200, 28672, 4096),
+          Shape(384, 4096, 4096), Shape(777, 6144, 4096), Shape(1500, 4096, 14336), Shape(3000, 4096, 4096),
+          Shape(5000, 6144, 4096), Shape(6144, 28672, 4096)]
 
 
 def check(c, a, b, k):

@@ -157,15 +157,15 @@ def test_a_missing_file_is_one_message(tmp_path):
         load_workload(tmp_path / "nope.toml")
 
 
-def test_the_llama3_8b_example_is_its_four_layers_at_four_token_counts():
+def test_the_llama3_8b_example_is_its_four_layers_at_token_counts_16_to_8192():
     w = load_workload(REPO / "workloads" / "llama3-8b.toml")
-    assert w.precisions == ("fp16", "bf16") and len(w.entries) == 16
+    assert w.precisions == ("fp16", "bf16") and len(w.entries) == 36
     layers = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (28672, 4096),
               "down_proj": (4096, 14336)}
     for label, (n, k) in layers.items():
         mine = [e for e in w.entries if e.label == label]
         assert [(e.shape.m, e.shape.n, e.shape.k, e.weight) for e in mine] == \
-            [(m, n, k, 1.0) for m in (16, 128, 1024, 4096)]
+            [(m, n, k, 1.0) for m in (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)]
 
 
 def test_the_llama3_8b_linear_example_is_the_same_layers_as_f_linear_in_bf16():
