@@ -263,7 +263,7 @@ def test_every_trial_of_a_variant_computes_it_and_is_judged_against_its_cublas(u
 
 
 @pytest.mark.parametrize("family, precision, variant, message", [
-    ("warp", "fp32", Variant(bias="col"), "family warp does not compute bias=col (only none); see gemmgen list"),
+    ("register", "fp32", Variant(bias="col"), "family register does not compute bias=col (only none); see gemmgen list"),
     ("hopper", "tf32", Variant("nt"), "no point of the hopper search space computes nt fp32 none none in tf32 on "
                                       "sm_90 (2000 drawn): tf32 computes trans=nn into fp32 C only so far"),
 ])
@@ -318,7 +318,7 @@ def test_gemmgen_tune_workload_with_variant_options(tmp_path, capsys, fake_gpu):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--family", "warp", "--bias", "col"], "family warp does not compute bias=col (only none)"),
+    (["--family", "register", "--bias", "col"], "family register does not compute bias=col (only none)"),
     (["--family", "hopper", "--precision", "tf32", "--trans", "nt"], "no point of the hopper search space computes "
                                                                      "nt fp32 none none in tf32 on sm_90"),
 ])
