@@ -327,6 +327,36 @@ def load_kernel(bench, config):
     return LoadedKernel(bench.gpu, config, build.library)
 
 
+def check_without_workspace(bench, config, shape) -> None:
+    """The kernel of ``config`` launched straight from its cubin with a null workspace (no pack
+    kernel first: its element-wise copy path) at ``shape``, whose M, N, K must make the launcher
+    pack; the bias after C where the variant adds one. Fails the test unless both checks pass."""
+    import numpy as np
+
+    from gemmgen.runtime import LoadedKernel
+
+    build = build_kernel(config)
+    assert build.ok, build.log
+    info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
+    assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack
+    kernel = bench.gpu.drv.module_from_file(str(build.cubin)).get_function(config.name)
+    if config.geometry.smem_bytes > 48 * 1024:
+        kernel.set_attribute(bench.gpu.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, config.geometry.smem_bytes)
+    bias = config.variant.bias != "none"
+    # M, N, K, alpha, A, B, beta, C, [bias,] gg_workspace{flags, partials, packed}
+    kernel.prepare("iiifPPfPP" + ("P" if bias else "") + "PP")
+    ops = bench.operands(shape, config.precision, config.variant)
+
+    def run(alpha, beta):
+        kernel.prepared_call(tuple(info.grid), config.geometry.block, np.int32(shape.m), np.int32(shape.n),
+                             np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
+                             int(ops.c), *((ops.bias_address,) if bias else ()), 0, 0, 0,
+                             shared_size=config.geometry.smem_bytes)
+
+    verdict = bench.verify(run, ops)
+    assert verdict.ok, verdict.message
+
+
 def run_gemm(bench, kernel, ops, alpha, beta):
     """One launch of ``kernel`` on ``ops`` (C reset for beta first); C downloaded."""
     s = ops.shape

@@ -12,9 +12,8 @@ time."""
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, load_kernel
+from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, check_without_workspace, load_kernel
 
-from gemmgen.build import build_kernel
 from gemmgen.config import make_config
 from gemmgen.cublas import CublasError
 from gemmgen.cublaslt import CublasLt
@@ -177,27 +176,7 @@ NO_WORKSPACE = [("mma", "fp16", {**MMA, "trans": "tn", "out": "bf16", "bias": "c
 def test_mma_epilogue_without_workspace(bench, family, precision, params):
     """Called with a null workspace (no pack kernel first), the kernel's element-wise copy path,
     with the epilogue and the bias passed right after C, where M, N and K all break 16-byte rows."""
-    from gemmgen.runtime import LoadedKernel
-
-    config = make_config(family, params, precision, bench.gpu.info.arch)
-    shape = Shape(301, 203, 517)
-    build = build_kernel(config)
-    assert build.ok, build.log
-    info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
-    assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack
-    kernel = bench.gpu.drv.module_from_file(str(build.cubin)).get_function(config.name)
-    if config.geometry.smem_bytes > 48 * 1024:
-        kernel.set_attribute(bench.gpu.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, config.geometry.smem_bytes)
-    kernel.prepare("iiifPPfPPPPP")  # M, N, K, alpha, A, B, beta, C, bias, gg_workspace{flags, partials, packed}
-    ops = bench.operands(shape, precision, config.variant)
-
-    def run(alpha, beta):
-        kernel.prepared_call(tuple(info.grid), config.geometry.block, np.int32(shape.m), np.int32(shape.n),
-                             np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
-                             int(ops.c), ops.bias_address, 0, 0, 0, shared_size=config.geometry.smem_bytes)
-
-    verdict = bench.verify(run, ops)
-    assert verdict.ok, verdict.message
+    check_without_workspace(bench, make_config(family, params, precision, bench.gpu.info.arch), Shape(301, 203, 517))
 
 
 MW_LIBRARIES = [MW_POINTS[1], MW_POINTS[3], MW_POINTS[4], MW_POINTS[11], MW_POINTS[14], MW_POINTS[17], MW_POINTS[19]]

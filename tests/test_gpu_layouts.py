@@ -14,9 +14,8 @@ schedules, into fp32 and 16-bit C, with and without the epilogue, at shapes wher
 
 import numpy as np
 import pytest
-from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, load_kernel
+from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, check_without_workspace, load_kernel
 
-from gemmgen.build import build_kernel
 from gemmgen.config import make_config
 from gemmgen.problem import Shape, Variant
 
@@ -146,28 +145,9 @@ def test_hopper_a_stored_k_by_m_is_correct(bench, precision, params, shape):
 def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, precision, trans):
     """Called with a null workspace (no pack kernel first), the kernel's element-wise copy path
     must give the right answer where M, N and K all break 16-byte rows."""
-    from gemmgen.runtime import LoadedKernel
-
     config = make_config("mma", {**(MMA_TF32 if precision == "tf32" else MMA), "trans": trans}, precision,
                          bench.gpu.info.arch)
-    shape = Shape(301, 203, 517)
-    build = build_kernel(config)
-    assert build.ok, build.log
-    info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
-    assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack
-    kernel = bench.gpu.drv.module_from_file(str(build.cubin)).get_function(config.name)
-    if config.geometry.smem_bytes > 48 * 1024:
-        kernel.set_attribute(bench.gpu.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, config.geometry.smem_bytes)
-    kernel.prepare("iiifPPfPPPP")  # M, N, K, alpha, A, B, beta, C, gg_workspace{flags, partials, packed}
-    ops = bench.operands(shape, precision, config.variant)
-
-    def run(alpha, beta):
-        kernel.prepared_call(tuple(info.grid), config.geometry.block, np.int32(shape.m), np.int32(shape.n),
-                             np.int32(shape.k), np.float32(alpha), int(ops.a), int(ops.b), np.float32(beta),
-                             int(ops.c), 0, 0, 0, shared_size=config.geometry.smem_bytes)
-
-    verdict = bench.verify(run, ops)
-    assert verdict.ok, verdict.message
+    check_without_workspace(bench, config, Shape(301, 203, 517))
 
 
 @pytest.mark.parametrize("precision, variant", [("fp16", Variant("tn")), ("bf16", Variant("tt", "bf16")),
