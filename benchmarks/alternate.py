@@ -12,15 +12,19 @@ class Alternate:
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
         self.flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=device)
 
-    def timed(self, fns, rounds=40, warmup=3):
-        """Each call waited for: the time from its start event to its stop event."""
+    def timed(self, fns, rounds=40, warmup=3, hide_us=0.0):
+        """Each call waited for: the time from its start event to its stop event. With
+        ``hide_us``, see timed_gpu."""
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = int(hide_us * self._sleep_cycles_per_us()) if hide_us else 0
         times = [[] for _ in fns]
         order = list(range(len(fns)))
         for r in range(warmup + rounds):
             for i in order:
                 self.flush_buf.sum()
                 fns[i][0]()  # poison
+                if cycles:
+                    torch.cuda._sleep(cycles)
                 start.record()
                 fns[i][1]()
                 stop.record()
@@ -36,23 +40,7 @@ class Alternate:
         so the call's host work is done before the GPU reaches it -- what the call costs the
         GPU when the host runs ahead (as in a model, or a CUDA graph), measured on eager
         launches. The host's own time per call is measured apart (host_us)."""
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        cycles = int(hide_us * self._sleep_cycles_per_us())
-        times = [[] for _ in fns]
-        order = list(range(len(fns)))
-        for r in range(warmup + rounds):
-            for i in order:
-                self.flush_buf.sum()
-                fns[i][0]()
-                torch.cuda._sleep(cycles)
-                start.record()
-                fns[i][1]()
-                stop.record()
-                stop.synchronize()
-                if r >= warmup:
-                    times[i].append(start.elapsed_time(stop))
-            order.reverse()
-        return [float(np.median(t)) for t in times]
+        return self.timed(fns, rounds, warmup, hide_us)
 
     def _sleep_cycles_per_us(self) -> float:
         """torch.cuda._sleep's cycles per microsecond on this GPU, timed once."""
