@@ -12,7 +12,7 @@ from gemmgen.families.base import Family, Params
 
 def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
     """Every violated constraint of the point, one line each with its values; [] if it is valid.
-    ``params`` holds the variant too (``trans``, ``out``, ``bias``, ``act``)."""
+    ``params`` holds the variant too (``trans``, ``out``, ``bias``, ``act``, ``batch``)."""
     found = []
     if params["trans"] not in family.layouts:
         found.append(f"family {family.name} computes layout {' and '.join(family.layouts)} only, not "
@@ -25,6 +25,9 @@ def violations(family: Family, params: Params, precision: str, arch: Arch, deriv
                      f"family {family.name} adds bias={' or '.join(family.biases)} only, not bias={params['bias']}")
     if params["act"] not in family.activations:
         found.append(f"family {family.name} applies act={' or '.join(family.activations)} only, not act={params['act']}")
+    if params["batch"] not in family.batches:
+        found.append(f"family {family.name} computes one product per launch (batch=none only), not "
+                     f"batch={params['batch']}")
     found += family.check(params, precision, derived)
     geometry = derived["geometry"]
     need = PRECISIONS[precision].min_cc

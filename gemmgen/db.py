@@ -32,12 +32,15 @@ DEFAULT_URL = "sqlite:///results/gemmgen.db"
 ENV_VAR = "GEMMGEN_DB"
 STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 # The version of the tables below. 1: devices, kernels, problems, measurements (no version table);
-# 2: + schema_version, + claims; 3: + kernels.trans, out, bias, act (the problem variant). A
-# database of a newer version is refused; an older one is migrated (_MIGRATIONS) when opened to
-# record, and read as it is otherwise.
-SCHEMA_VERSION = 3
-# The first version whose kernels have the variant columns.
+# 2: + schema_version, + claims; 3: + kernels.trans, out, bias, act (the problem variant);
+# 4: + kernels.batch (the variant's batch mode) and measurements.batch_count (the products one
+# launch computed). A database of a newer version is refused; an older one is migrated
+# (_MIGRATIONS) when opened to record, and read as it is otherwise.
+SCHEMA_VERSION = 4
+# The first version whose kernels have the variant columns (those of _VARIANT_COLUMNS).
 VARIANT_COLUMNS_SINCE = 3
+# The first version whose measurements say their batch count.
+BATCH_COUNT_SINCE = 4
 _VARIANT_DEFAULTS = {key: getattr(Variant(), key) for key in VARIANT_KEYS}
 
 
@@ -112,7 +115,7 @@ class Device(Base):
 class Kernel(Base):
     """One compiled kernel: canonical name, target and the hashes of what produced its source.
 
-    ``trans``, ``out``, ``bias`` and ``act`` are the problem variant it computes
+    ``trans``, ``out``, ``bias``, ``act`` and ``batch`` are the problem variant it computes
     (gemmgen.problem.Variant), always the one its name says (``variant_of(name)``): columns so that
     SQL can select a variant without parsing names. They are deferred (not loaded with the row),
     so that a database of an older schema, read without migrating, can still be read.
@@ -139,6 +142,7 @@ class Kernel(Base):
     out: Mapped[str] = mapped_column(String(8), server_default="fp32", deferred=True)
     bias: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
     act: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
+    batch: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)  # since schema 4
 
 
 class Problem(Base):
@@ -166,6 +170,7 @@ class Measurement(Base):
         Index("ix_measurements_tag", "tag"),
         Index("ix_measurements_device", "device_id"),
     )
+    __mapper_args__ = {"eager_defaults": False}  # no RETURNING of batch_count, which an older schema lacks
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
@@ -184,6 +189,10 @@ class Measurement(Base):
     spill_bytes: Mapped[int | None] = mapped_column(Integer)
     gemmgen_version: Mapped[str] = mapped_column(String(32))
     tag: Mapped[str | None] = mapped_column(String(128))  # e.g. "bench" or a study name
+    # the products of the strided batch one launch computed (1 for a kernel that is not batched, and
+    # for every row from before schema 4); the time and TFLOP/s are of the whole launch. Deferred,
+    # as the kernels' variant columns are, so that an older schema reads without it.
+    batch_count: Mapped[int] = mapped_column(Integer, server_default="1", deferred=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  default=lambda: datetime.now(timezone.utc))
 
@@ -226,7 +235,8 @@ class ResultRow:
     trans: str  # the kernel's problem variant (gemmgen.problem.Variant): layouts of A and B,
     out: str  # C's type,
     bias: str  # the bias vector it adds
-    act: str  # and its activation
+    act: str  # its activation
+    batch: str  # and its batch mode ("none" or "strided")
     arch: str  # the kernel's target
     device: str
     M: int
@@ -248,13 +258,14 @@ class ResultRow:
     message: str
     tag: str | None
     created_at: str
+    batch_count: int = 1  # products per launch (the strided batch's count; 1 where not batched)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.trans, self.out, self.bias, self.act)
+        return Variant(self.trans, self.out, self.bias, self.act, self.batch)
 
 
 # Sort key -> column. Every ResultRow field but params and the variant's (filter by those).
@@ -277,13 +288,22 @@ def _iso_utc(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat()
 
 
-def _row(m: Measurement, k: Kernel, d: Device, p: Problem, *variant: str) -> ResultRow:
-    """``variant``: the kernel's variant columns; none for a database older than them (then read
-    from the name, which is what they always hold)."""
-    trans, out, bias, act = variant or (getattr(variant_of(k.name), key) for key in VARIANT_KEYS)
+def _variant_columns(version: int) -> tuple[str, ...]:
+    """The variant keys a database of schema ``version`` holds as kernel columns."""
+    return () if version < VARIANT_COLUMNS_SINCE else VARIANT_KEYS if version >= 4 else VARIANT_KEYS[:4]
+
+
+def _row(version: int, m: Measurement, k: Kernel, d: Device, p: Problem, *extra) -> ResultRow:
+    """``extra``: the kernel's variant columns that a database of schema ``version`` has
+    (_variant_columns), then the measurement's batch_count where it has one. A key without a
+    column is read from the name, which is what the columns always hold."""
+    columns = _variant_columns(version)
+    named = variant_of(k.name)
+    variant = {key: getattr(named, key) for key in VARIANT_KEYS} | dict(zip(columns, extra))
+    batch_count = extra[len(columns)] if len(extra) > len(columns) else 1
     return ResultRow(
-        measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, trans=trans, out=out, bias=bias,
-        act=act, arch=k.arch,
+        measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, **variant, arch=k.arch,
+        batch_count=int(batch_count if batch_count is not None else 1),
         device=d.name, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
         median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, runs=m.runs, tflops=m.tflops, rel_error=m.rel_error,
         registers=m.registers, smem_bytes=m.smem_bytes, spill_bytes=m.spill_bytes,
@@ -395,7 +415,7 @@ class ResultsDB:
         """Id of the kernel (name, arch, source_hash), created if new.
 
         On creation BM, BN and BK are copied from ``params`` where present, and the variant
-        columns (trans, out, bias, act) are what the name says (gemmgen.problem.variant_of: a
+        columns (trans, out, bias, act, batch) are what the name says (gemmgen.problem.variant_of: a
         canonical name's or cuBLAS's ``cublas_<precision><suffix>``); ``variant``, where given,
         must be that one (ValueError otherwise: the name is the key, and must say what the kernel
         computes). An existing row is returned as it is (its family, precision and params are not
@@ -413,7 +433,7 @@ class ResultsDB:
             dict(family=str(family), precision=str(precision), params=params,
                  template_hash=str(template_hash or ""), **tiles,
                  # an older schema opened to read has no such columns: its migration fills them in
-                 **({key: getattr(named, key) for key in VARIANT_KEYS} if self._has_variant_columns else {})))
+                 **{key: getattr(named, key) for key in _variant_columns(self.version)}))
 
     def problem(self, M: int, N: int, K: int, alpha: float, beta: float) -> int:
         """Id of the problem (M, N, K, alpha, beta), created if new."""
@@ -426,21 +446,25 @@ class ResultsDB:
                median_ms: float | None = None, min_ms: float | None = None, max_ms: float | None = None,
                runs: int | None = None, tflops: float | None = None, rel_error: float | None = None,
                message: str = "", registers: int | None = None, smem_bytes: int | None = None,
-               spill_bytes: int | None = None, tag: str | None = None) -> int:
-        """Insert one measurement, commit it, and return its id.
+               spill_bytes: int | None = None, tag: str | None = None, batch_count: int = 1) -> int:
+        """Insert one measurement, commit it, and return its id. ``batch_count``: the products of
+        the strided batch the launch computed (1 unless the kernel is batched).
 
         Raises ValueError for a status not in STATUSES, or ids that name no kernel, device or
         problem (SQLite enforces the foreign keys here too).
         """
         if status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+        if int(batch_count) < 1:
+            raise ValueError(f"batch_count must be at least 1; got {batch_count}")
         row = Measurement(
             kernel_id=int(kernel_id), device_id=int(device_id), problem_id=int(problem_id), status=status,
             median_ms=_opt(float, median_ms), min_ms=_opt(float, min_ms), max_ms=_opt(float, max_ms),
             runs=_opt(int, runs), tflops=_opt(float, tflops), rel_error=_opt(float, rel_error),
             message=message or "", registers=_opt(int, registers), smem_bytes=_opt(int, smem_bytes),
             spill_bytes=_opt(int, spill_bytes), gemmgen_version=gemmgen.__version__,
-            tag=_opt(str, tag), created_at=datetime.now(timezone.utc))
+            tag=_opt(str, tag), created_at=datetime.now(timezone.utc),
+            **({"batch_count": int(batch_count)} if self.version >= BATCH_COUNT_SINCE else {}))
         with Session(self._engine, expire_on_commit=False) as session:
             session.add(row)
             try:
@@ -481,14 +505,16 @@ class ResultsDB:
             return taken
 
     def find(self, *, kernel_name: str, arch: str, source_hash: str, device_id: int, problem_id: int,
-             statuses: Iterable[str] = ("ok",)) -> ResultRow | None:
-        """The latest measurement of this kernel build on this device and problem whose status is
-        one of ``statuses``; None if there is none."""
+             statuses: Iterable[str] = ("ok",), batch_count: int = 1) -> ResultRow | None:
+        """The latest measurement of this kernel build on this device and problem (and batch
+        count) whose status is one of ``statuses``; None if there is none."""
         query = (self._joined()
                  .where(Kernel.name == kernel_name, Kernel.arch == arch,
                         Kernel.source_hash == (source_hash or ""),
                         Measurement.device_id == device_id, Measurement.problem_id == problem_id,
-                        Measurement.status.in_(list(statuses)))
+                        Measurement.status.in_(list(statuses)),
+                        *((Measurement.batch_count == int(batch_count),) if self.version >= BATCH_COUNT_SINCE
+                          else () if int(batch_count) == 1 else (False,)))
                  .order_by(Measurement.created_at.desc(), Measurement.id.desc())
                  .limit(1))
         rows = self._fetch(query)
@@ -496,20 +522,18 @@ class ResultsDB:
 
     # -- queries ---------------------------------------------------------------------------------
 
-    @property
-    def _has_variant_columns(self) -> bool:
-        return self.version >= VARIANT_COLUMNS_SINCE
-
     def _joined(self):
-        variant = [getattr(Kernel, key) for key in VARIANT_KEYS] if self._has_variant_columns else []
-        return (select(Measurement, Kernel, Device, Problem, *variant)
+        extra = [getattr(Kernel, key) for key in _variant_columns(self.version)]
+        if self.version >= BATCH_COUNT_SINCE:
+            extra.append(Measurement.batch_count)
+        return (select(Measurement, Kernel, Device, Problem, *extra)
                 .join(Kernel, Measurement.kernel_id == Kernel.id)
                 .join(Device, Measurement.device_id == Device.id)
                 .join(Problem, Measurement.problem_id == Problem.id))
 
     def _fetch(self, query) -> list[ResultRow]:
         with Session(self._engine) as session:
-            return [_row(*r) for r in session.execute(query).all()]
+            return [_row(self.version, *r) for r in session.execute(query).all()]
 
     def results(self, *, family: str | None = None, precision: str | None = None, arch: str | None = None,
                 device: str | None = None, shape: tuple[int, int, int] | None = None,
@@ -531,8 +555,10 @@ class ResultsDB:
             raise ResultsDBError(f"cannot sort by {sort!r}; sort keys: {', '.join(SORT_KEYS)}")
         wanted_variant = _variant_filter(variant)
         query = self._joined()
-        if wanted_variant and self._has_variant_columns:
-            query = query.where(*(getattr(Kernel, key) == value for key, value in wanted_variant.items()))
+        by_column = {k: v for k, v in wanted_variant.items() if k in _variant_columns(self.version)}
+        by_name = {k: v for k, v in wanted_variant.items() if k not in by_column}
+        if by_column:
+            query = query.where(*(getattr(Kernel, key) == value for key, value in by_column.items()))
         if family is not None:
             query = query.where(Kernel.family == family)
         if precision is not None:
@@ -558,9 +584,9 @@ class ResultsDB:
                                Measurement.id.desc())
         if limit is not None and int(limit) < 0:
             raise ResultsDBError(f"limit must be 0 or more; got {limit}")
-        if wanted_variant and not self._has_variant_columns:  # an older schema: by the names
+        if by_name:  # an older schema, without some of the columns: by the names
             rows = [r for r in self._fetch(query)
-                    if all(getattr(r, key) == value for key, value in wanted_variant.items())]
+                    if all(getattr(r, key) == value for key, value in by_name.items())]
             return rows if limit is None else rows[:int(limit)]
         if limit is not None:
             query = query.limit(int(limit))
@@ -568,7 +594,7 @@ class ResultsDB:
 
 
 def _variant_filter(variant) -> dict[str, str]:
-    """{column: value} of results()'s ``variant`` filter: all four keys for a Variant, the keys
+    """{column: value} of results()'s ``variant`` filter: every key for a Variant, the keys
     given (not None) for a mapping. Raises ResultsDBError for an unknown key or value."""
     if variant is None:
         return {}
@@ -629,10 +655,10 @@ def _upgrade(engine: Engine) -> int:
 
 
 def _add_variant_columns(engine: Engine) -> None:
-    """Schema 3: kernels gain trans, out, bias and act, each row's filled from its name (rows of
-    schema 2 are named as before variants existed: most read the default). Adds only the columns
-    missing (a fresh database has them from create_all; a migration stopped midway left some),
-    all in one transaction."""
+    """Schema 3 (and 4, for batch): kernels gain trans, out, bias and act (and batch), each row's
+    filled from its name (rows of schema 2 are named as before variants existed: most read the
+    default). Adds only the columns missing (a fresh database has them from create_all; a
+    migration stopped midway left some), all in one transaction."""
     have = {column["name"] for column in inspect(engine).get_columns("kernels")}
     quote = engine.dialect.identifier_preparer.quote
     with engine.begin() as connection:
@@ -650,6 +676,17 @@ def _add_variant_columns(engine: Engine) -> None:
             connection.execute(text(f"UPDATE kernels SET {columns} WHERE id = :id"), named)
 
 
+def _add_batch_columns(engine: Engine) -> None:
+    """Schema 4: kernels gain batch (from each row's name: ``none`` for every kernel before
+    batches) and measurements gain batch_count (1: every earlier measurement is of one product
+    per launch). Adds only the columns missing, in one transaction."""
+    _add_variant_columns(engine)
+    have = {column["name"] for column in inspect(engine).get_columns("measurements")}
+    if "batch_count" not in have:
+        with engine.begin() as connection:
+            connection.execute(text("ALTER TABLE measurements ADD COLUMN batch_count INTEGER NOT NULL DEFAULT 1"))
+
+
 # version -> what turns the version before it into it, beyond creating new tables (done first).
 # 2 adds the tables schema_version and claims: nothing more to do.
-_MIGRATIONS: dict[int, Callable[[Engine], None]] = {3: _add_variant_columns}
+_MIGRATIONS: dict[int, Callable[[Engine], None]] = {3: _add_variant_columns, 4: _add_batch_columns}

@@ -12,7 +12,7 @@ from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import FAMILIES
-from gemmgen.problem import VARIANT_KEYS, VARIANT_PATTERN
+from gemmgen.problem import VARIANT_KEYS, VARIANT_PATTERN, named_variant_keys
 
 
 @dataclass(frozen=True)
@@ -148,15 +148,14 @@ def point_spec(name: str) -> tuple[str, str, dict]:
         if m:
             fields = m.groupdict()
             precision = fields.pop("precision")
-            for key in VARIANT_KEYS:  # the variant's part of the name; absent: the default
-                if fields[key] is None:
-                    del fields[key]
+            variant = named_variant_keys(fields)  # the variant's part of the name; absent: the default
+            fields = {k: v for k, v in fields.items() if k not in VARIANT_KEYS}
             for param, fmt, neutral in family.name_options:  # left out of the name: neutral
                 if fields[param] is None:
                     fields[param] = str(neutral)
                 elif "{" not in fmt:
                     fields[param] = str(next(c for c in family.param(param).choices if c != neutral))
-            return family.name, precision, fields
+            return family.name, precision, {**fields, **variant}
     raise InvalidParameter(
         f"unknown point {name!r}; named points: {', '.join(NAMED_POINTS)} "
         "(or a canonical name such as warp_128x128x8_w64x32_t8x8_b2_fp32; see `gemmgen list`)")

@@ -61,9 +61,14 @@ BIASES = ("none", "row", "col")
 #: Activations the epilogue can apply last: ReLU (NaN stays NaN), GELU with the tanh approximation
 #: (torch's gelu(approximate="tanh"), cuBLASLt's GELU), SiLU (x * sigmoid(x)).
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
+#: How many products one launch computes: one (``none``), or a strided batch (``strided``): batch
+#: matrices of A, B and C (and bias vectors) at constant element strides, all in one launch, as
+#: cublasGemmStridedBatchedEx takes them. The count and strides are launch arguments, not part of
+#: the kernel.
+BATCHES = ("none", "strided")
 #: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``): "trans"
 #: as in BLAS's transa/transb ("layout" is a parameter of the register family).
-VARIANT_KEYS = ("trans", "out", "bias", "act")
+VARIANT_KEYS = ("trans", "out", "bias", "act", "batch")
 
 
 @dataclass(frozen=True)
@@ -74,17 +79,23 @@ class Variant:
         C = act(alpha * A @ B + beta * C + bias)
 
     with bias[i] added to row i of C (``row``) or bias[j] to column j (``col``); accumulation is
-    fp32 and the sum is rounded to C's type once, after the activation.
+    fp32 and the sum is rounded to C's type once, after the activation. With ``batch="strided"``
+    the kernel computes that for i < batch matrices at once (one launch):
 
-    The default (nn, fp32, no bias, no activation) is what every kernel computed before variants
-    existed; a canonical name gains ``_<layout>``, ``_o<out>``, ``_b<bias>`` and ``_<act>`` only
-    away from it, so every earlier name (and stored row) still means the same kernel.
+        C[i] = act(alpha * A[i] @ B[i] + beta * C[i] + bias[i]),
+        X[i] = X + i * stride_x  (strides in elements; 0 for A, B or bias: one shared by all)
+
+    The default (nn, fp32, no bias, no activation, not batched) is what every kernel computed
+    before variants existed; a canonical name gains ``_<layout>``, ``_o<out>``, ``_b<bias>``,
+    ``_<act>`` and ``_batched`` only away from it, so every earlier name (and stored row) still
+    means the same kernel.
     """
 
     trans: str = "nn"
     out: str = "fp32"
     bias: str = "none"
     act: str = "none"
+    batch: str = "none"
 
     def __post_init__(self):
         if self.trans not in LAYOUTS:
@@ -99,6 +110,9 @@ class Variant:
         if self.act not in ACTIVATIONS:
             raise InvalidParameter(f"act={self.act!r} is not allowed; act (the activation) must be one of: "
                                    f"{', '.join(ACTIVATIONS)}")
+        if self.batch not in BATCHES:
+            raise InvalidParameter(f"batch={self.batch!r} is not allowed; batch must be one of: {', '.join(BATCHES)} "
+                                   "(strided: many products in one launch, matrices at constant strides)")
 
     @property
     def a_transposed(self) -> bool:
@@ -116,10 +130,16 @@ class Variant:
         return self.bias != "none" or self.act != "none"
 
     @property
+    def batched(self) -> bool:
+        """A strided batch of products in one launch (the launcher takes batch and strides)."""
+        return self.batch == "strided"
+
+    @property
     def suffix(self) -> str:
         """The canonical name's variant part: empty for the default."""
         return (("" if self.trans == "nn" else f"_{self.trans}") + ("" if self.out == "fp32" else f"_o{self.out}")
-                + ("" if self.bias == "none" else f"_b{self.bias}") + ("" if self.act == "none" else f"_{self.act}"))
+                + ("" if self.bias == "none" else f"_b{self.bias}") + ("" if self.act == "none" else f"_{self.act}")
+                + ("_batched" if self.batched else ""))
 
     @property
     def items(self) -> tuple[tuple[str, str], ...]:
@@ -128,17 +148,19 @@ class Variant:
 
     @property
     def text(self) -> str:
-        """The four values, space-separated (``nt bf16 col gelu``): what an emitted launcher's
-        ``<launcher>_variant`` returns."""
-        return " ".join(getattr(self, k) for k in VARIANT_KEYS)
+        """The values, space-separated: what an emitted launcher's ``<launcher>_variant`` returns.
+        Four words (``nt bf16 col gelu``) for one product, as launchers said before batches; five
+        for a batched launcher (``nn fp32 none none strided``), whose ABI takes batch and strides."""
+        return " ".join(getattr(self, k) for k in VARIANT_KEYS if k != "batch" or self.batched)
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
         """The inverse of ``text``; two words (``nn fp32``, from launchers without an epilogue
-        part) mean no bias and no activation. Raises InvalidParameter."""
+        part) mean no bias and no activation, four or two no batch. Raises InvalidParameter."""
         words = text.split()
-        if len(words) not in (2, 4):
-            raise InvalidParameter(f"cannot read variant {text!r}: want 'TRANS OUT' or 'TRANS OUT BIAS ACT'")
+        if len(words) not in (2, 4, 5):
+            raise InvalidParameter(f"cannot read variant {text!r}: want 'TRANS OUT', 'TRANS OUT BIAS ACT' or "
+                                   "'TRANS OUT BIAS ACT BATCH'")
         return cls(*words)
 
     def a_dims(self, shape: "Shape") -> tuple[int, int]:
@@ -150,7 +172,7 @@ class Variant:
         return (shape.n, shape.k) if self.b_transposed else (shape.k, shape.n)
 
 
-_DEFAULTS = {"trans": "nn", "out": "fp32", "bias": "none", "act": "none"}
+_DEFAULTS = {"trans": "nn", "out": "fp32", "bias": "none", "act": "none", "batch": "none"}
 
 
 def split_variant(params: dict) -> tuple[dict, Variant]:
@@ -170,7 +192,14 @@ def split_variant(params: dict) -> tuple[dict, Variant]:
 VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))?"
                    f"(?:_o(?P<out>{'|'.join(o for o in OUTPUTS if o != 'fp32')}))?"
                    f"(?:_b(?P<bias>{'|'.join(b for b in BIASES if b != 'none')}))?"
-                   f"(?:_(?P<act>{'|'.join(a for a in ACTIVATIONS if a != 'none')}))?")
+                   f"(?:_(?P<act>{'|'.join(a for a in ACTIVATIONS if a != 'none')}))?"
+                   f"(?:_(?P<batch>batched))?")
+
+
+def named_variant_keys(fields: dict) -> dict[str, str]:
+    """The variant keys a match of VARIANT_PATTERN found (its groupdict; other groups are left
+    out), with the values Variant takes: the name's ``_batched`` is ``batch="strided"``."""
+    return {k: ("strided" if k == "batch" else fields[k]) for k in VARIANT_KEYS if fields.get(k)}
 
 
 _NAME_VARIANT = re.compile(f"_(?:{'|'.join(PRECISIONS)}){VARIANT_PATTERN}$")
@@ -182,4 +211,4 @@ def variant_of(name: str) -> Variant:
     found = _NAME_VARIANT.search(name)
     if found is None:
         return Variant()
-    return Variant(**{k: v for k, v in found.groupdict().items() if v})
+    return Variant(**named_variant_keys(found.groupdict()))

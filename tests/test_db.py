@@ -431,7 +431,7 @@ def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_pa
     with ResultsDB(url) as db:
         assert db.device(**H100) == device  # the old rows are there
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 3
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 4
         assert c.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
         assert c.execute("SELECT trans, out, bias, act FROM kernels").fetchall() == []  # (no kernel rows)
 

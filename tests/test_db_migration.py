@@ -1,5 +1,6 @@
 """Schema 3 of the results database: kernels gain the problem variant's columns (trans, out, bias,
-act), filled from each row's name when an older database is opened to record. On a copy of the
+act), filled from each row's name when an older database is opened to record; schema 4: kernels
+gain batch, measurements batch_count (1 for every earlier row). On a copy of the
 shipped results/h100.db (a real schema-2 file, never the file itself), on SQLite files and on a
 PostgreSQL server of the test session's own (conftest's `postgres`), with several processes
 opening one old database at once. Read without migrating, an older database is read as it is,
@@ -58,7 +59,13 @@ def _execute(url: str, *statements: str) -> None:
 def back_to_schema_2(url: str) -> None:
     """What the tables of schema 2 were: kernels without the variant columns."""
     _execute(url, *(f'ALTER TABLE kernels DROP COLUMN "{key}"' for key in VARIANT_KEYS),
-             "UPDATE schema_version SET version = 2")
+             "ALTER TABLE measurements DROP COLUMN batch_count", "UPDATE schema_version SET version = 2")
+
+
+def back_to_schema_3(url: str) -> None:
+    """What the tables of schema 3 were: kernels without batch, measurements without batch_count."""
+    _execute(url, 'ALTER TABLE kernels DROP COLUMN "batch"', "ALTER TABLE measurements DROP COLUMN batch_count",
+             "UPDATE schema_version SET version = 3")
 
 
 def _store(db: ResultsDB) -> None:
@@ -78,7 +85,7 @@ def url(request, tmp_path):
 def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_opened_to_record(url):
     with ResultsDB(url) as db:
         _store(db)
-        assert db.version == SCHEMA_VERSION == 3
+        assert db.version == SCHEMA_VERSION == 4
     back_to_schema_2(url)
     assert not set(VARIANT_KEYS) & _columns(url)
     with ResultsDB(url, create=False) as old:  # read: nothing changes, the variant comes from the names
@@ -90,7 +97,7 @@ def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_opened_to_record
         assert best(old, "bf16", SHAPE, SM90, variant=NT_BF16_COL_GELU).kernel == KERNELS[5][0]
     assert not set(VARIANT_KEYS) & _columns(url)
     with ResultsDB(url) as db:  # to record: migrated
-        assert db.version == 3
+        assert db.version == SCHEMA_VERSION
         ids = {r.kernel: r.measurement_id for r in db.results()}
         assert set(ids) == {n for n, _, _ in KERNELS}
     assert set(VARIANT_KEYS) <= _columns(url)
@@ -98,7 +105,7 @@ def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_opened_to_record
     with engine.connect() as connection:
         stored = {name: Variant(*variant) for name, *variant in
                   connection.execute(text('SELECT name, trans, "out", bias, act FROM kernels')).all()}
-        assert connection.execute(text("SELECT version FROM schema_version")).scalar() == 3
+        assert connection.execute(text("SELECT version FROM schema_version")).scalar() == SCHEMA_VERSION
     engine.dispose()
     assert stored == {n: variant_of(n) for n, _, _ in KERNELS}
     with ResultsDB(url, create=False) as db:  # now by the columns
@@ -113,7 +120,7 @@ def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_opened_to_record
                         params={})
         assert new not in ids.values()
     with ResultsDB(url) as db:  # opened again: nothing more to do
-        assert db.version == 3 and len(db.results()) == len(KERNELS)
+        assert db.version == SCHEMA_VERSION and len(db.results()) == len(KERNELS)
 
 
 def test_kernel_records_the_variant_its_name_says(tmp_path):
@@ -171,7 +178,7 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
                       "'2026-11-24 00:00:00.000000')", (kernel, device, problem, tflops))
         kernels = c.execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
     with ResultsDB(url) as db:
-        assert db.version == 3
+        assert db.version == SCHEMA_VERSION
         after_rows = {r.measurement_id: (r.kernel, r.status, r.tflops) for r in db.results()}
         assert len(after_rows) == len(before_rows) + len(KERNELS) - 2
         assert {k: v for k, v in after_rows.items() if k in before_rows} == before_rows
@@ -181,7 +188,7 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
         assert best(db, "bf16", SHAPE, SM90, variant=Variant("nt", "bf16")).kernel == KERNELS[3][0]
     with sqlite3.connect(copy) as c:
         rows = c.execute("SELECT name, trans, out, bias, act FROM kernels").fetchall()
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     assert len(rows) == kernels
     assert all(Variant(*variant) == variant_of(name) for name, *variant in rows)
     assert sum(1 for _, *variant in rows if Variant(*variant) != Variant()) == len(KERNELS) - 2
@@ -197,9 +204,9 @@ def test_processes_opening_one_old_database_at_once_migrate_it_once(postgres):
                               text=True) for _ in range(6)]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "3", err
+        assert proc.returncode == 0 and out.strip() == str(SCHEMA_VERSION), err
     with ResultsDB(url, create=False) as db:
-        assert db.version == 3
+        assert db.version == SCHEMA_VERSION
         assert {r.kernel: r.variant for r in db.results()} == {n: variant_of(n) for n, _, _ in KERNELS}
 
 
@@ -218,3 +225,31 @@ def test_rows_recorded_into_an_old_database_opened_to_read_get_their_variant_whe
     with ResultsDB(url) as db:
         assert [(r.kernel, r.variant) for r in db.results(variant={"act": "silu"})] == [
             (name, Variant("nt", "fp16", "row", "silu"))]
+
+
+def test_a_schema_3_database_reads_without_batch_and_migrates_to_batch_count_1(url):
+    """Schema 4 adds kernels.batch and measurements.batch_count: a schema-3 database is read as it
+    is (batch from the names, batch_count 1), and opened to record gains both, every old row
+    keeping its meaning; a batched kernel's rows then carry their count and select by it."""
+    with ResultsDB(url) as db:
+        _store(db)
+    back_to_schema_3(url)
+    with ResultsDB(url, create=False) as old:
+        assert old.version == 3
+        rows = old.results()
+        assert len(rows) == len(KERNELS) and {(r.batch, r.batch_count) for r in rows} == {("none", 1)}
+        assert {r.kernel for r in old.results(variant=NT_BF16_COL_GELU)} == {n for n, _, _ in KERNELS[4:]}
+        assert old.results(variant={"batch": "strided"}) == []
+    with ResultsDB(url) as db:
+        assert db.version == SCHEMA_VERSION
+        assert {(r.batch, r.batch_count) for r in db.results()} == {("none", 1)}
+        name = "mma_128x128x32_w2x2_s3_f2_fp16_batched"
+        kernel = db.kernel(name=name, family="mma", precision="fp16", arch="sm_90", params={})
+        device, problem = db.device(**H100), db.problem(17, 33, 9, 1.0, 0.0)
+        db.record(kernel_id=kernel, device_id=device, problem_id=problem, status="ok", tflops=1.0, batch_count=8)
+        found = db.results(variant={"batch": "strided"})
+        assert [(r.kernel, r.variant, r.batch_count) for r in found] == [(name, Variant(batch="strided"), 8)]
+        assert db.find(kernel_name=name, arch="sm_90", source_hash="", device_id=device, problem_id=problem,
+                       batch_count=8) is not None
+        assert db.find(kernel_name=name, arch="sm_90", source_hash="", device_id=device, problem_id=problem) is None
+    assert {"batch"} <= _columns(url)

@@ -93,7 +93,7 @@ class Family:
 
     ``derive(params, precision)`` returns the constants the template needs, including
     ``geometry``; ``params`` there (and in ``check``) also holds the problem variant under
-    ``trans``, ``out``, ``bias`` and ``act`` (gemmgen.problem.Variant), which a family that takes
+    ``trans``, ``out``, ``bias``, ``act`` and ``batch`` (gemmgen.problem.Variant), which a family that takes
     only the default ignores; it must not fail on a point that violates constraints (it may give nonsense
     there: ``check`` reports the point first).
     ``check(params, precision, derived)`` returns one human-readable line per violated
@@ -124,6 +124,10 @@ class Family:
     outputs: tuple[str, ...] = ("fp32",)  # the types of C it stores (gemmgen.problem.OUTPUTS)
     biases: tuple[str, ...] = ("none",)  # the bias vectors its epilogue adds (gemmgen.problem.BIASES)
     activations: tuple[str, ...] = ("none",)  # the activations its epilogue applies (gemmgen.problem.ACTIVATIONS)
+    # the batch modes it computes (gemmgen.problem.BATCHES): ("none", "strided") where its template
+    # computes a strided batch in one launch (the launcher's batched ABI, base.cu.j2). The default
+    # refuses batch=strided (gemmgen.constraints says so in one line).
+    batches: tuple[str, ...] = ("none",)
 
     def __post_init__(self):
         for param, fmt, neutral in self.name_options:
