@@ -79,6 +79,25 @@ __device__ __forceinline__ void gg_tma_load_multicast(unsigned dst, const CUtens
                  : "memory");
 }
 
+// The same for a 3-D tensor map (a strided batch of matrices, the batch outermost): the box at
+// (inner, outer) of matrix `batch`.
+__device__ __forceinline__ void gg_tma_load_3d(unsigned dst, const CUtensorMap* map, int inner, int outer, int batch,
+                                               unsigned bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4 }], [%5];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(batch), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void gg_tma_load_multicast_3d(unsigned dst, const CUtensorMap* map, int inner, int outer,
+                                                         int batch, unsigned bar, unsigned short mask)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, { %2, %3, %4 }], [%5], %6;\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(batch), "r"(bar),
+                   "h"(mask)
+                 : "memory");
+}
+
 __device__ __forceinline__ void gg_st_shared_v2(unsigned addr, float x, float y)
 {
     asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
@@ -101,6 +120,12 @@ __device__ __forceinline__ void gg_tma_store(unsigned src, const CUtensorMap* ma
 {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];\n"
                  ::"l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(src) : "memory");
+}
+// gg_tma_store into matrix `batch` of a 3-D tensor map.
+__device__ __forceinline__ void gg_tma_store_3d(unsigned src, const CUtensorMap* map, int inner, int outer, int batch)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, { %1, %2, %3 }], [%4];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(batch), "r"(src) : "memory");
 }
 __device__ __forceinline__ void gg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's bulk groups are still reading their shared memory.

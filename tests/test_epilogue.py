@@ -81,7 +81,7 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     assert source.count("const __nv_bfloat16* bias, cudaStream_t stream)") == 3  # plan_init, launcher, _plan
     assert "constexpr int GG_BIAS = 2;" in source and "constexpr int GG_ACT = 2;" in source
     assert "x = gg_activate(alpha * x + col_bias[e]);" in source  # in the registers, before the TMA-store boxes
-    assert "gg_epilogue<__nv_bfloat16>(v0, bias, r, c)" in source  # the direct stores
+    assert "gg_epilogue<__nv_bfloat16>(v0, bias_mat, r, c)" in source  # the direct stores (bias_mat: bias unbatched)
     assert 'return "nt bf16 col gelu";' in source
     assert "C = gelu(alpha * A @ B + beta * C + bias)" in source
     held = render_kernel(make_config("hopper", {**POINT, "overlap": 1, "bias": "col", "act": "gelu"}, "bf16"))

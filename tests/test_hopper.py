@@ -205,8 +205,9 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "C (M x N fp32, box 16 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
     # one rule for the kernel and the launcher
-    assert "return beta == 0.0f && N % (16 / sizeof(CT)) == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;" in source
-    assert "const bool c_tma = gg_tma_stores_c(beta, N, C);" in source
+    assert ("return beta == 0.0f && N % (16 / sizeof(CT)) == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0 &&\n"
+            "           (batch <= 1 || stride_c * (long long)sizeof(CT) % 16 == 0);") in source
+    assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source  # batch 1 here
     assert "out.stores_c = gg_tma_stores_c(beta, N, C);" in source and "if (p.info.stores_c) {" in source
     assert "memset(&p.maps[2], 0, sizeof(p.maps[2]));" in source
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), p.C, p.M, p.N, (size_t)p.N,\n                                16, 32);" in source
@@ -488,7 +489,7 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert g.tma.box_a == (64, 64) == g.tma.box_b and d["A_LOADS"] == 2 and d["B_LOADS"] == 4
     assert g.smem_bytes == make_config("hopper", DEFAULT, "fp16", "sm_90").geometry.smem_bytes
     source = render_kernel(c)
-    assert "gg_tma_load(a_dst + j * A_BOX_BYTES, &tma_a, tm * BM + j * BK, kt * BK, bar);" in source
+    assert "hp_load(a_dst + j * A_BOX_BYTES, &tma_a, tm * BM + j * BK, kt * BK, za, bar);" in source
     # wgmma's A reads the chunks M-major (LBO: the chunk size), 16 k-rows per k step; each 64 rows of
     # a consumer are one chunk, as large as 64 K-major rows of 128 bytes
     assert ("const uint64_t desc_a = gg_wgmma_desc(smem + (HP_PINGPONG ? 0 : consumer * ROWS * 128), A_BOX_BYTES, "
@@ -502,7 +503,7 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert source.count("gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);") == 2
     assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, K, M);" in source
     nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "A_BOX_BYTES" not in nn and "gg_tma_load(a_dst, &tma_a, kt * BK, tm * BM, bar);" in nn
+    assert "A_BOX_BYTES" not in nn and "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
     assert "p.M, p.K, a_bytes ? kp : (size_t)p.K, 128, 64);" in nn and "over A (M x K, box 128 x 64)" in nn
 
 
