@@ -167,8 +167,17 @@ class Held(ctypes.Structure):
 
 
 _CUDA_ERROR_INVALID_VALUE = 1  # what a launcher returns for a shape it refuses
-_VP, _INT, _FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_VP, _INT, _FLOAT, _LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
 _PROBLEM = [_INT, _INT, _INT, _FLOAT, _VP, _VP, _FLOAT, _VP, _VP]  # M, N, K, alpha, A, B, beta, C, stream
+# A batched launcher's (docs/problems.md): M, N, K, batch, alpha, A, stride_a, B, stride_b, beta, C, stride_c,
+# then [bias, stride_bias,] stream
+_BATCHED = [_INT, _INT, _INT, _INT, _FLOAT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL]
+
+
+def packed_strides(variant: Variant, m: int, n: int, k: int) -> tuple[int, int, int, int]:
+    """The strides (elements) of a batch whose matrices follow one another with no gap: M * K, K * N,
+    M * N and the bias's M or N values (0 where the variant adds none)."""
+    return m * k, k * n, m * n, {"row": m, "col": n}.get(variant.bias, 0)
 
 
 class Launcher:
@@ -191,14 +200,19 @@ class Launcher:
             self.variant = Variant.parse(fn("_variant", ctypes.c_char_p, [])().decode())
         except LaunchFailed:  # a dispatcher of earlier gemmgen, whose kernels compute the default variant
             self.variant = Variant()
-        # A launcher whose variant adds a bias takes its address right after C.
-        problem = _PROBLEM[:8] + [_VP] + _PROBLEM[8:] if self.variant.bias != "none" else _PROBLEM
+        # A launcher whose variant adds a bias takes its address right after C (and its stride, batched).
+        if self.variant.batched:
+            problem = _BATCHED + ([_VP, _LL] if self.variant.bias != "none" else []) + [_VP]
+        else:
+            problem = _PROBLEM[:8] + [_VP] + _PROBLEM[8:] if self.variant.bias != "none" else _PROBLEM
         self._launch = fn("", ctypes.c_int, problem)
         self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *problem])
         self._run = fn("_run", ctypes.c_int, [_VP])
         self._plan_free = fn("_plan_free", None, [_VP])
-        self._describe = fn("_describe", ctypes.c_char_p, [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT,
-                                                           ctypes.POINTER(LaunchInfo)])
+        self._describe = fn("_describe", ctypes.c_char_p,
+                            [_INT, _INT, _INT, _INT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL, _INT, ctypes.POINTER(LaunchInfo)]
+                            if self.variant.batched else
+                            [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT, ctypes.POINTER(LaunchInfo)])
         self._error = fn("_error", ctypes.c_char_p, [])
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
@@ -234,30 +248,67 @@ class Launcher:
             raise ValueError(f"{self.name} adds a bias per {self.variant.bias} of C: pass its device address as bias=")
         return (c, bias)
 
+    def _strides(self, m: int, n: int, k: int, batch: int, strides) -> tuple[int, int, int, int]:
+        """(stride_a, stride_b, stride_c, stride_bias) of a batched launch: ``strides`` where given
+        (a tuple of four, or of three without the bias's), else packed_strides. Raises ValueError
+        for a batch other than 1, or strides, given to a launcher that is not batched."""
+        if not self.variant.batched:
+            if batch != 1 or strides is not None:
+                raise ValueError(f"{self.name} computes one product per launch (variant {self.variant.text}): "
+                                 "pass batch=1 and no strides")
+            return (0, 0, 0, 0)
+        if strides is None:
+            return packed_strides(self.variant, m, n, k)
+        strides = tuple(int(x) for x in strides)
+        if len(strides) not in (3, 4):
+            raise ValueError(f"strides must be (stride_a, stride_b, stride_c[, stride_bias]); got {strides}")
+        return strides if len(strides) == 4 else (*strides, packed_strides(self.variant, m, n, k)[3])
+
+    def _problem(self, m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides) -> tuple:
+        """The launcher's arguments, in its ABI's order (batched or not)."""
+        if not self.variant.batched:
+            self._strides(m, n, k, batch, strides)
+            return (m, n, k, alpha, a, b, beta, *self._args(c, bias), stream)
+        sa, sb, sc, sbias = self._strides(m, n, k, batch, strides)
+        tail = self._args(c, bias)
+        return (m, n, k, batch, alpha, a, sa, b, sb, beta, c, sc, *((tail[1], sbias) if len(tail) > 1 else ()), stream)
+
     def launch(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-               stream: int = 0, bias: int | None = None) -> None:
+               stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> None:
         """Queue C = act(alpha * A @ B + beta * C + bias) on ``stream`` (0: the default stream); a,
         b, c are device addresses of A, B and C as the launcher's variant stores them (row-major
         A: M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt; C: M x N of the
         variant's ``out`` type), ``bias`` that of the bias vector (M or N values of C's type)
-        where the variant adds one. Raises ValueError for a bias missing or not taken."""
-        self._check(self._launch(m, n, k, alpha, a, b, beta, *self._args(c, bias), stream))
+        where the variant adds one. A batched launcher computes ``batch`` such products, matrix i
+        of each at its address + i * its stride (elements; ``strides`` = (stride_a, stride_b,
+        stride_c[, stride_bias]), default packed_strides). Raises ValueError for a bias missing or
+        not taken, or a batch given to a launcher that is not batched."""
+        self._check(self._launch(*self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
 
     def plan(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-             stream: int = 0, bias: int | None = None) -> "Plan":
+             stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> "Plan":
         """The same launch with its host work done now (checks, grid, workspace, tensor maps), to
         be queued later by Plan.run, as often as wanted."""
         handle = _VP()
-        self._check(self._plan(ctypes.byref(handle), m, n, k, alpha, a, b, beta, *self._args(c, bias), stream))
+        self._check(self._plan(ctypes.byref(handle),
+                               *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
         return Plan(self, handle)
 
     def describe(self, m: int, n: int, k: int, a: int = 0, b: int = 0, beta: float = 0.0, c: int = 0,
-                 resident: int = 0) -> LaunchInfo:
+                 resident: int = 0, batch: int = 1, stride_a: int | None = None, stride_b: int | None = None,
+                 stride_c: int | None = None) -> LaunchInfo:
         """What a launch at M x N x K with these addresses (0: 16-byte aligned) would need, without
-        launching. ``resident``: blocks of a persistent grid that run at once (0: ask the current
-        device, which needs a GPU). Raises ShapeRefused with the launcher's reason."""
+        launching; for a batched launcher, of ``batch`` products at these strides (None: packed).
+        ``resident``: blocks of a persistent grid that run at once (0: ask the current device,
+        which needs a GPU). Raises ShapeRefused with the launcher's reason."""
         info = LaunchInfo()
-        why = self._describe(m, n, k, a, b, beta, c, resident, ctypes.byref(info))
+        if self.variant.batched:
+            packed = packed_strides(self.variant, m, n, k)
+            sa, sb, sc = (packed[i] if s is None else s for i, s in enumerate((stride_a, stride_b, stride_c)))
+            why = self._describe(m, n, k, batch, a, sa, b, sb, beta, c, sc, resident, ctypes.byref(info))
+        else:
+            self._strides(m, n, k, batch, None if (stride_a, stride_b, stride_c) == (None,) * 3 else ())
+            why = self._describe(m, n, k, a, b, beta, c, resident, ctypes.byref(info))
         if why is not None:
             raise ShapeRefused(f"refused M={m} N={n} K={k}: {why.decode()}")
         return info

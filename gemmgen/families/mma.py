@@ -122,5 +122,6 @@ FAMILY = Family(
     outputs=("fp32", "fp16", "bf16"),
     biases=("none", "row", "col"),
     activations=("none", "relu", "gelu", "silu"),
+    batches=("none", "strided"),
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )

@@ -92,4 +92,5 @@ FAMILY = Family(
     layouts=("nn", "nt", "tn", "tt"),
     biases=("none", "row", "col"),
     activations=("none", "relu", "gelu", "silu"),
+    batches=("none", "strided"),
 )
