@@ -14,7 +14,11 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, split_variant
+from gemmgen.problem import (ACTIVATIONS, BATCH_NOT_MEASURED, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
+                             split_variant)
+
+#: The option of each variant key where it is not --<key>: --batch is the batch count (a number)
+OPTION_OF = {"batch": "batch-mode"}
 from gemmgen.render import render_kernel
 
 
@@ -36,8 +40,17 @@ def _target(text: str | None, quiet: bool = False) -> Arch:
 
 
 def variant_options(args: argparse.Namespace) -> dict[str, str]:
-    """The variant options given (--trans, --out, --bias, --act; see add_variant_arguments), by key."""
-    return {key: getattr(args, key) for key in VARIANT_KEYS if getattr(args, key, None)}
+    """The variant options given (--trans, --out, --bias, --act, --batch-mode; see add_variant_arguments), by
+    key. --batch N (a count, commands that measure) asks for batch=strided where --batch-mode is not given."""
+    given = {key: getattr(args, key) for key in VARIANT_KEYS if getattr(args, key, None)}
+    count = getattr(args, "batch_count", None)
+    if count is not None:
+        if count < 1:
+            raise InvalidParameter(f"--batch {count}: the batch count must be at least 1")
+        if given.get("batch") == "none":
+            raise InvalidParameter("--batch N measures a strided batch; it cannot go with --batch-mode none")
+        given["batch"] = "strided"
+    return given
 
 
 def asked_variant(args: argparse.Namespace, sets: dict | None = None) -> Variant:
@@ -50,13 +63,14 @@ def asked_variant(args: argparse.Namespace, sets: dict | None = None) -> Variant
     for key, value in given.items():
         named = next((k for k in sets if str(k).strip().lower() == key), None)
         if named is not None and getattr(from_set, key) != value:
-            raise InvalidParameter(f"--set gives {named}={sets[named]} and --{key} gives {value}; give {key} once")
+            raise InvalidParameter(f"--set gives {named}={sets[named]} and --{OPTION_OF.get(key, key)} gives {value}; "
+                                   f"give {key} once")
     return Variant(**{**{k: getattr(from_set, k) for k in VARIANT_KEYS}, **given})
 
 
 def _variant_words(variant: Variant) -> str:
     """The options that ask for ``variant`` (" --trans nt --out bf16"), empty for the default."""
-    return "".join(f" --{key} {value}" for key, value in variant.items)
+    return "".join(f" --{OPTION_OF.get(key, key)} {value}" for key, value in variant.items)
 
 
 def select_config(args: argparse.Namespace) -> KernelConfig:
@@ -251,7 +265,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
             raise InvalidParameter("`emit best` takes one --shape; for several, emit a dispatcher: "
                                    "gemmgen emit --dispatch --shape S1 --shape S2 ...")
         args.shape = args.shape[0] if args.shape else None
-        source = render_kernel(select_config(args), harness=args.harness)
+        config = select_config(args)
+        if args.harness and config.variant.batched:
+            raise InvalidParameter("--harness does not check batch=strided yet (its main() runs one product); emit "
+                                   "the batched kernel without it and call its launcher (docs/problems.md)")
+        source = render_kernel(config, harness=args.harness)
     if args.output:
         try:
             with open(args.output, "w") as f:
@@ -282,12 +300,16 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
         workload = load_workload(args.workload)
         variant = workload.variant_with(variant_options(args))
         shapes = workload.shapes
+        if variant.batched:
+            raise InvalidParameter(f"--dispatch: {BATCH_NOT_MEASURED}; nothing batched is stored to choose from")
         precision = args.precision or (workload.precisions[0] if len(workload.precisions) == 1 else None)
         if precision is None or precision not in workload.precisions:
             raise InvalidParameter(f"--dispatch --workload {args.workload}: give --precision, one of the workload's "
                                    f"{', '.join(workload.precisions)} (a dispatcher serves one precision)")
     else:
         variant = asked_variant(args)
+        if variant.batched:
+            raise InvalidParameter(f"--dispatch: {BATCH_NOT_MEASURED}; nothing batched is stored to choose from")
         shapes = [parse_shape(s) for s in args.shape]
         precision = args.precision
         if not precision:
@@ -351,6 +373,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise InvalidParameter("--trans, --out, --bias and --act apply to named points; the suite measures the "
                                "default variant (trans=nn into fp32 C, no bias, no activation)")
     specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
+    if split_variant(given)[1].batched or any(split_variant(params)[1].batched for _, _, params in specs.values()):
+        raise InvalidParameter(BATCH_NOT_MEASURED)
     wanted = split_variant(given)[1]  # cuBLAS's variant where no point is named (`gemmgen bench cublas --trans nt`)
     url = resolve_url(args.db)
     with Gpu(args.device) as gpu:
@@ -447,10 +471,13 @@ def _add_db_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_variant_arguments(parser: argparse.ArgumentParser, *, filters: bool = False) -> None:
-    """--trans, --out, --bias and --act, the problem variant (gemmgen.problem.Variant), for every
+    """--trans, --out, --bias, --act and --batch-mode, the problem variant (gemmgen.problem.Variant), for every
     command that takes one; an option not given is the default variant's value. With ``filters``
     (results) each only narrows the rows shown, and one not given is any value."""
     default = (lambda value: "any") if filters else (lambda value: value)
+    parser.add_argument("--batch-mode", dest="batch", choices=BATCHES, help="strided: a batch of products in one "
+                        "launch, the launcher taking the batch count and a stride per matrix (docs/problems.md) "
+                        f"(default {default('none')})")
     parser.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B: nn (A M x K, B K x N, row-major), nt "
                         "(B stored N x K, as torch's linear weight), tn, tt (A stored K x M) "
                         f"(default {default('nn')})")
@@ -461,6 +488,11 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, filters: bool = Fa
                         f"(default {default('none')})")
     parser.add_argument("--act", choices=ACTIVATIONS, help="applied last: relu, gelu (tanh approximation), silu "
                         f"(default {default('none')})")
+
+
+def _add_batch_count(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", dest="batch_count", type=int, metavar="N", help="measure a strided batch of N "
+                        "products per launch (packed strides M*K, K*N, M*N); implies --batch-mode strided")
 
 
 def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
@@ -510,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
     add_variant_arguments(p)  # for every point named, and cuBLAS
+    _add_batch_count(p)
     p.add_argument("--seed", type=int, help="seed of the random inputs")
     p.add_argument("--device", type=int, default=0, metavar="N", help="the GPU to measure on (default 0)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -535,6 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long "
                    "(with --workload: per shape)")
     add_variant_arguments(p)
+    _add_batch_count(p)
     p.add_argument("--study", help="study name (default: family-precision<variant>-arch-shapes, the variant's "
                    "suffix as in kernel names: hopper-bf16_nt_obf16-sm_90-4096x4096x4096)")
     p.add_argument("--sampler", choices=["tpe", "random", "grid", "cmaes"], default="tpe")

@@ -15,11 +15,11 @@ from gemmgen.config import KernelConfig
 from gemmgen.cublas import Cublas
 from gemmgen.cublaslt import CublasLt
 from gemmgen.db import ResultsDB
-from gemmgen.errors import GemmgenError
+from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.l2flush import L2Flush
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.gpucheck import GpuChecker, References
-from gemmgen.problem import Shape, Variant
+from gemmgen.problem import BATCH_NOT_MEASURED, Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_interleaved
 
@@ -256,6 +256,8 @@ class Bench:
                                    arch=config.arch.name, params=config.params, template_hash=template_hash(config),
                                    source_hash=source_hash(source))
         variant = config.variant
+        if variant.batched:
+            raise InvalidParameter(BATCH_NOT_MEASURED)
         result = Measured(label, config.name, config.precision, shape, "infeasible", variant=variant)
         build = build or build_kernel(config)
         usage = kernel_usage(config, build) if build.ok else None
@@ -327,6 +329,8 @@ class Bench:
     def measure_cublas(self, precision: str, shape: Shape, variant: Variant = Variant()) -> Measured:
         """Verify, time and record cuBLAS's GEMM for ``precision`` (see dtypes.Precision.baseline)
         and ``variant`` (B transposed, C's type)."""
+        if variant.batched:
+            raise InvalidParameter(BATCH_NOT_MEASURED)
         ops = self.operands(shape, precision, variant)
         run = self._cublas_runner(precision, ops)
         result = self._verify_and_time(run, ops, Measured("cublas", cublas_name(precision, variant), precision, shape,

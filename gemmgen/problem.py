@@ -196,6 +196,12 @@ VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))
                    f"(?:_(?P<batch>batched))?")
 
 
+#: Why the measuring commands (bench, tune) and the float64 checks behind them refuse batch=strided:
+#: one place, so every refusal says the same (exit 2 on the command line).
+BATCH_NOT_MEASURED = ("batch=strided is not measured yet: bench and tune time one product per launch (emit a batched "
+                      "kernel and call its launcher; the GPU tests check it against float64, tests/test_gpu_batched.py)")
+
+
 def named_variant_keys(fields: dict) -> dict[str, str]:
     """The variant keys a match of VARIANT_PATTERN found (its groupdict; other groups are left
     out), with the values Variant takes: the name's ``_batched`` is ``batch="strided"``."""

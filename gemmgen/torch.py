@@ -90,6 +90,10 @@ class GemmOp:
         self.path = Path(path)
         self.precision = launcher.precision
         self.variant: Variant = launcher.variant
+        if self.variant.batched:
+            raise TensorError(f"{self.path} is a batched launcher (variant {self.variant.text}): gemmgen.torch calls "
+                              "one product per launch; 3-D tensors are not taken yet (call its launcher through "
+                              "gemmgen.runtime.Launcher with batch= and strides=)")
         self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
         self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
         self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first

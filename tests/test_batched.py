@@ -47,7 +47,8 @@ def test_a_canonical_name_with_batched_gives_its_point():
     assert point_spec("warp_128x128x8_w64x32_t8x8_b2_fp32_nt")[2].get("batch") is None
 
 
-@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if f not in ("mma", "warp")))
+# hopper's batched launcher is its own engineer's (gemmgen/families/hopper.py declares it when it lands)
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if f not in ("mma", "warp", "hopper")))
 def test_families_without_a_batched_template_refuse_it_in_one_line(family):
     fam = FAMILIES[family]
     with pytest.raises(InvalidPoint) as caught:
@@ -139,3 +140,38 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
                         ({"batch": 40000}, "batch must be <= 32767"), ({"batch": 2, "stride_a": -1}, "strides must be >= 0")):
         with pytest.raises(ShapeRefused, match=why):
             launcher.describe(7, 7, 7, **kwargs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "mma_128x128x32_w2x2_s3_f2_fp16_batched", "--shape", "64"], "batch=strided is not measured yet"),
+    (["bench", "v4", "--batch", "8"], "batch=strided is not measured yet"),
+    (["bench", "v4", "--batch", "0"], "the batch count must be at least 1"),
+    (["bench", "v4", "--batch", "4", "--batch-mode", "none"], "cannot go with --batch-mode none"),
+    (["tune", "--family", "mma", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
+     "batch=strided is not measured yet"),
+    (["emit", "--family", "mma", "--set", "batch=strided", "--gpu", "sm_90", "--harness"],
+     "--harness does not check batch=strided yet"),
+    (["emit", "--family", "wmma", "--batch-mode", "strided", "--gpu", "sm_90"],
+     "family wmma computes one product per launch (batch=none only), not batch=strided"),
+    (["emit", "--family", "naive", "--set", "batch=strided", "--gpu", "sm_90"],
+     "family naive computes one product per launch"),
+    (["emit", "--family", "mma", "--set", "batch=strided", "--batch-mode", "none", "--gpu", "sm_90"],
+     "--set gives batch=strided and --batch-mode gives none; give batch once"),
+    (["emit", "--dispatch", "--shape", "64", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
+     "--dispatch: batch=strided is not measured yet"),
+])
+def test_what_is_not_batched_yet_is_refused_in_one_line_with_exit_2(argv, message, capsys):
+    from gemmgen.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_emit_writes_a_batched_kernel_and_names_its_option(capsys):
+    from gemmgen.cli import main
+
+    assert main(["emit", "--family", "warp", "--batch-mode", "strided", "--trans", "nt", "--gpu", "sm_90"]) == 0
+    source = capsys.readouterr().out
+    assert "warp_128x128x8_w64x32_t8x8_b2_fp32_nt_batched(int M, int N, int K, int batch," in source
+    assert "trans=nt,batch=strided" in source  # the regenerate line

@@ -39,7 +39,7 @@ from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import get_family
 from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape, Variant
+from gemmgen.problem import BATCH_NOT_MEASURED, Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.report import geometric_mean
 from gemmgen.runtime import Timing
@@ -75,6 +75,8 @@ def check_variant(space: SearchSpace, precision: str, arch, variant: Variant) ->
     biases, activations), or none of CHECK_DRAWS points drawn from the space computes it in
     ``precision`` on ``arch`` (the message gives the constraints every point drawn broke, else
     those of the first)."""
+    if variant.batched:
+        raise InvalidParameter(BATCH_NOT_MEASURED)
     family = get_family(space.family)
     declared = {"trans": family.layouts, "out": family.outputs, "bias": family.biases, "act": family.activations}
     wrong = [f"{key}={getattr(variant, key)} (only {', '.join(declared[key])})" for key in declared
