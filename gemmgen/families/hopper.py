@@ -66,6 +66,17 @@ tiles at once, from L2), and the block holding a tile's last k tiles adds the ot
 sums, left in the workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and
 stores C. The schedule is HpWork in the template; the kernel decides it at run time.
 
+With ``batch=strided`` (the variant; the launcher takes the batch count and the strides) one
+launch computes every matrix of a strided batch: the work is batch x the units of one matrix, one
+list that the persistent walk, grouping, stream-K (its flags and partial slots are per block, so
+per unit of any matrix) and ping-pong take as they take the units of one product. The tensor maps
+over A, B and C are 3-D, the matrix outermost with its stride (16-byte multiples), and each load
+and store adds its matrix's coordinate; an operand every matrix shares (stride 0) has a map of one
+matrix, read at coordinate 0. The direct and swap-AB stores and the bias address matrix b's C and
+bias vector. A or B whose stride TMA cannot take (not a multiple of 16 bytes, or less than one
+matrix) is packed per matrix like a misaligned one; C whose stride is not 16-byte multiples is
+stored directly (the kernel's and the launcher's one rule, gg_tma_stores_c).
+
 Where the rows of A or B as stored are not 16-byte aligned (rows of K, N or, for A stored K x M,
 M elements that are not a multiple of 16 bytes, or a misaligned pointer), the launch packs that
 operand as it is stored into zero-padded aligned rows in the workspace first, as ``mma`` does
@@ -247,6 +258,7 @@ FAMILY = Family(
     outputs=("fp32", "fp16", "bf16"),
     biases=("none", "row", "col"),
     activations=("none", "relu", "gelu", "silu"),
+    batches=("none", "strided"),
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
                   ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),
