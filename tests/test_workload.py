@@ -159,13 +159,14 @@ def test_a_missing_file_is_one_message(tmp_path):
 
 def test_the_llama3_8b_example_is_its_four_layers_at_token_counts_16_to_8192():
     w = load_workload(REPO / "workloads" / "llama3-8b.toml")
-    assert w.precisions == ("fp16", "bf16") and len(w.entries) == 36
+    assert w.precisions == ("fp16", "bf16") and len(w.entries) == 68
     layers = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (28672, 4096),
               "down_proj": (4096, 14336)}
     for label, (n, k) in layers.items():
         mine = [e for e in w.entries if e.label == label]
         assert [(e.shape.m, e.shape.n, e.shape.k, e.weight) for e in mine] == \
-            [(m, n, k, 1.0) for m in (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)]
+            [(m, n, k, 1.0) for m in (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+                                  6144, 8192)]
 
 
 def test_the_llama3_8b_linear_example_is_the_same_layers_as_f_linear_in_bf16():
