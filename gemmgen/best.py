@@ -4,9 +4,10 @@
 A GPU's TFLOP/s drift with its clock and temperature by more than the kernels near the top
 differ, and two devices differ by more still, so a measurement is never compared by raw TFLOP/s
 with one taken elsewhere or at another time. Each is judged against cuBLAS instead: divided by the
-cuBLAS measurement of the same shape and precision on the same device taken nearest in time
-(bench, tune and the suite store one next to their timings), and a kernel scores the median of
-its ratios. The highest score wins. Kernels measured on a device that has no cuBLAS measurement
+cuBLAS measurement of the same shape, precision, variant and batch count on the same device
+taken nearest in time (bench, tune and the suite store one next to their timings), and a kernel
+scores the median of its ratios: a batched kernel's rows of different batch counts are each
+judged against cuBLAS's of their count, never against another's. The highest score wins. Kernels measured on a device that has no cuBLAS measurement
 at the shape are ranked after all others, by their highest TFLOP/s.
 """
 
@@ -43,17 +44,19 @@ def shape_distance(a: Shape, b: Shape) -> float:
 
 
 def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
-           variant: Variant = Variant()) -> list[Ranked]:
+           variant: Variant = Variant(), batch_count: int | None = None) -> list[Ranked]:
     """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
     measurement of ``precision`` and ``variant`` (layouts, C's type, bias, activation) at
     ``shape``, best first (see the module's policy); judged against cuBLAS's rows of the same
     variant (the results database's variant columns select them). Kernels of another variant
-    compute another product and are never among them."""
-    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant)
-    cublas = defaultdict(list)  # device -> [(time, TFLOP/s)]
+    compute another product and are never among them. ``batch_count``: only measurements of
+    that many products per launch (None: every count, each against cuBLAS's of its count)."""
+    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
+                      batch_count=batch_count)
+    cublas = defaultdict(list)  # (device, batch count) -> [(time, TFLOP/s)]
     for r in rows:
         if r.family == "cublas" and r.tflops:
-            cublas[r.device].append((datetime.fromisoformat(r.created_at), r.tflops))
+            cublas[r.device, r.batch_count].append((datetime.fromisoformat(r.created_at), r.tflops))
     ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
     for r in rows:
         if r.family == "cublas" or r.arch != arch.name or not r.tflops or (family and r.family != family):
@@ -62,9 +65,9 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
         families[r.kernel] = r.family
         runs[r.kernel] += 1
         devices[r.kernel].add(r.device)
-        if cublas[r.device]:
+        if cublas[r.device, r.batch_count]:
             when = datetime.fromisoformat(r.created_at)
-            _, base = min(cublas[r.device], key=lambda c: abs((c[0] - when).total_seconds()))
+            _, base = min(cublas[r.device, r.batch_count], key=lambda c: abs((c[0] - when).total_seconds()))
             ratios[r.kernel].append(r.tflops / base)
     found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
                     tuple(sorted(devices[k]))) for k in fastest]
@@ -72,7 +75,7 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
 
 
 def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
-         variant: Variant = Variant()) -> Ranked | None:
+         variant: Variant = Variant(), batch_count: int | None = None) -> Ranked | None:
     """The best stored kernel at ``shape`` (see :func:`ranked`), or None where none is verified."""
-    found = ranked(db, precision, shape, arch, family, variant)
+    found = ranked(db, precision, shape, arch, family, variant, batch_count)
     return found[0] if found else None

@@ -53,6 +53,18 @@ def variant_options(args: argparse.Namespace) -> dict[str, str]:
     return given
 
 
+def measured_batch_count(args: argparse.Namespace, batched: bool) -> int:
+    """The products per launch that bench and tune measure a batched variant at (--batch N), 1
+    where nothing measured is batched. Raises InvalidParameter where a batched variant (named, or
+    --batch-mode strided) comes without --batch N: the count is part of what is measured."""
+    if not batched:
+        return 1
+    if args.batch_count is None:
+        raise InvalidParameter("a batched variant (batch=strided) is measured at a batch count: give --batch N, the "
+                               "products per launch (e.g. --batch 8)")
+    return args.batch_count
+
+
 def asked_variant(args: argparse.Namespace, sets: dict | None = None) -> Variant:
     """The variant the command line asks for: the variant options, and the variant keys of
     ``sets`` (--set's assignments, where the command has --set), the rest the default. Raises
@@ -157,6 +169,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                    "`gemmgen tune --shape` names it")
         workload = load_workload(args.workload)
         variant = workload.variant_with(variant_options(args))
+        batch_count = measured_batch_count(args, variant.batched)
         arch = parse_arch(args.gpu) if args.gpu else detect_arch()
         if arch is None:
             raise GemmgenError("no GPU detected; tuning measures on the GPU it tunes for")
@@ -164,7 +177,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         devices = parse_devices(args.devices, device_count())
         url = resolve_url(args.db)
         base = TuneSpec("", "", (), url, None, args.sampler, args.seed, args.trials, args.timeout,
-                        args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu or arch.name, variant=variant)
+                        args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu or arch.name, variant=variant,
+                        batch_count=batch_count)
         print(f"gemmgen tune: workload {workload.name}, {len(workload.entries)} shapes in "
               f"{', '.join(f'{p}{variant.suffix} ({f})' for p, f in pairs)}, {args.trials} trials per shape, on "
               f"{', '.join(f'GPU{d}' for d in devices)}; results and studies in {url}", file=sys.stderr)
@@ -180,6 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise InvalidParameter("--family is required with --shape (e.g. gemmgen tune --family warp --shape 4096); "
                                "only --workload picks one per precision")
     variant = asked_variant(args)
+    batch_count = measured_batch_count(args, variant.batched)
     from gemmgen.tune.loop import check_variant
 
     space = load_space(args.family)
@@ -191,7 +206,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     devices = parse_devices(args.devices, device_count())
     url = resolve_url(args.db)
     spec = TuneSpec(space.family, precision, shapes, url, args.study, args.sampler, args.seed, args.trials,
-                    args.timeout, args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu, variant=variant)
+                    args.timeout, args.jobs or os.cpu_count() or 1, args.compile_timeout, args.gpu, variant=variant,
+                    batch_count=batch_count)
     print(f"gemmgen tune: {space.family} {precision}{variant.suffix} at {', '.join(str(s) for s in shapes)} on "
           f"{', '.join(f'GPU{d}' for d in devices)}; results and study in {url}", file=sys.stderr)
     progress = Progress(args.trials, [f"GPU{d}" for d in devices] if len(devices) > 1 else [""])
@@ -373,8 +389,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise InvalidParameter("--trans, --out, --bias and --act apply to named points; the suite measures the "
                                "default variant (trans=nn into fp32 C, no bias, no activation)")
     specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
-    if split_variant(given)[1].batched or any(split_variant(params)[1].batched for _, _, params in specs.values()):
-        raise InvalidParameter(BATCH_NOT_MEASURED)
+    batch_count = measured_batch_count(args, split_variant(given)[1].batched or any(
+        split_variant(params)[1].batched for _, _, params in specs.values()))
     wanted = split_variant(given)[1]  # cuBLAS's variant where no point is named (`gemmgen bench cublas --trans nt`)
     url = resolve_url(args.db)
     with Gpu(args.device) as gpu:
@@ -402,7 +418,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for pair in pairs:
             plan.append((*pair[:2], "cublas", None, pair[2]))
             plan += [j for j in jobs if (j[0], j[1], j[4]) == pair]
-        bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True)
+        bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True,
+                      batch_count=batch_count)
         rows, baseline = [], {}
         peak = gpu.info.peak_bandwidth  # bytes/s, for "% HBM"
         print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
@@ -419,6 +436,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 ratio = m.baseline_ratio or (m.tflops / base if m.tflops and base else None)
                 rows.append({
                     "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
+                    **({"batch": m.batch} if batch_count > 1 else {}),  # TFLOP/s and GB/s: of every product
                     "ms": m.timing.median_ms if m.timing else None, "TFLOP/s": m.tflops,
                     "GB/s": m.bandwidth / 1e9 if m.bandwidth else None,
                     "% HBM": 100.0 * m.bandwidth / peak if m.bandwidth and peak else None,
@@ -436,8 +454,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
-RESULT_COLUMNS = ["kernel", "precision", "arch", "device", "M", "N", "K", "status", "median_ms", "runs", "tflops",
-                  "rel_error", "created_at"]
+RESULT_COLUMNS = ["kernel", "precision", "arch", "device", "M", "N", "K", "batch_count", "status", "median_ms", "runs",
+                  "tflops", "rel_error", "created_at"]
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -450,7 +468,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     db = ResultsDB(resolve_url(args.db), create=False)
     rows = db.results(family=args.family, precision=args.precision, arch=arch, device=args.device,
                       shape=(shape.m, shape.n, shape.k) if shape else None, status=args.status,
-                      variant=variant_options(args) or None, sort=args.sort, descending=not args.ascending,
+                      variant=variant_options(args) or None, batch_count=args.batch_count, sort=args.sort,
+                      descending=not args.ascending,
                       limit=args.limit)
     print(format_rows([r.as_dict() for r in rows], RESULT_COLUMNS, args.format))
     return 0
@@ -588,6 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", metavar="MxNxK")
     p.add_argument("--status", choices=["ok", "wrong_result", "compile_error", "launch_error", "infeasible"])
     add_variant_arguments(p, filters=True)
+    p.add_argument("--batch", dest="batch_count", type=int, metavar="N", help="only measurements of a strided batch "
+                   "of N products per launch (implies --batch-mode strided)")
     p.add_argument("--sort", default="tflops", help="column to sort by (default tflops)")
     p.add_argument("--ascending", action="store_true")
     p.add_argument("--limit", type=int)

@@ -51,6 +51,25 @@ def _library() -> ctypes.CDLL:
     return load_toolkit_library("libcublas.so*", "libcublas.so")
 
 
+def baseline_api(precision: str, variant: Variant = Variant()) -> str:
+    """The cuBLAS function the baseline of ``precision`` and ``variant`` calls (stored with its
+    rows): cublasLtMatmul where the variant fuses an epilogue (gemmgen.cublaslt), else the
+    precision's (gemmgen.dtypes), its strided-batched form for a batched variant."""
+    if variant.has_epilogue:
+        return "cublasLtMatmul"
+    one = dict(PRECISIONS[precision].baseline)["api"]
+    return {"cublasSgemm": "cublasSgemmStridedBatched", "cublasGemmEx": "cublasGemmStridedBatchedEx"}[one] \
+        if variant.batched else one
+
+
+def check_batch(variant: Variant, batch: int, strides) -> None:
+    """Raises CublasError unless strides (and a batch count other than 1) are given exactly where
+    ``variant`` is batched: a baseline call computes the product(s) its variant names."""
+    if variant.batched != (strides is not None) or (batch != 1 and not variant.batched) or batch < 0:
+        raise CublasError(f"variant {variant.text}: give strides (and a batch count, 0 or more) exactly where the "
+                          f"variant is batched (batch=strided); got batch {batch}, strides {strides}")
+
+
 class Cublas:
     """A cuBLAS handle in the current CUDA context."""
 
@@ -66,44 +85,72 @@ class Cublas:
             raise CublasError(f"{what} failed with cuBLAS status {status}")
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float,
-             c: int, variant: Variant = Variant()) -> None:
+             c: int, variant: Variant = Variant(), batch: int = 1,
+             strides: tuple[int, int, int] | None = None) -> None:
         """Row-major C = alpha * A @ B + beta * C for device pointers a, b, c (ints), with the
         baseline of ``precision`` (gemmgen.dtypes: cublasSgemm for fp32, else cublasGemmEx).
         ``variant``: A stored K x M and/or B stored N x K (trans tn, nt, tt), and C of type ``out``
         (fp32 accumulation); fp32 (cublasSgemm) takes every layout into fp32 C (CublasError
-        otherwise)."""
+        otherwise). A batched ``variant`` (batch=strided) computes ``batch`` such products in one
+        call, matrix i of each at its pointer + i * its stride (``strides``: (stride_a, stride_b,
+        stride_c) in elements, as the variant stores them; 0 for A or B: one for every product):
+        cublasGemmStridedBatchedEx, or cublasSgemmStridedBatched for fp32. Raises CublasError for a
+        batch other than 1 where the variant is not batched, or a batched variant without strides."""
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         pa, pb, pc = ctypes.c_void_p(a), ctypes.c_void_p(b), ctypes.c_void_p(c)
         dt = PRECISIONS[precision]
         if variant.out not in ("fp32", precision):
             raise CublasError(f"cuBLAS has no {precision} GEMM into {variant.out} C (cublasGemmEx stores C as fp32 or "
                               f"as the inputs' type): no baseline for out={variant.out} with {precision} inputs")
+        check_batch(variant, batch, strides)
         # Column-major C^T = B^T A^T: B^T is B as stored (nn), or B stored N x K read transposed (nt);
         # A^T likewise A as stored, or A stored K x M read transposed (tn).
         op_b, ldb = (_OP_T, k) if variant.b_transposed else (_OP_N, n)
         op_a, lda = (_OP_T, m) if variant.a_transposed else (_OP_N, k)
+        # a strided batch: each operand's stride after its leading dimension, the count last
+        sa, sb, sc = (ctypes.c_longlong(int(s)) for s in (strides or (0, 0, 0)))
         if dt.cublas_compute is None:
-            if variant != Variant(trans=variant.trans):
+            if variant.has_epilogue or variant.out != "fp32":
                 raise CublasError(f"the fp32 baseline (cublasSgemm) computes into fp32 C only, not {variant}")
-            status = self._lib.cublasSgemm_v2(self._handle, op_b, op_a, n, m, k, ctypes.byref(al), pb, ldb, pa, lda,
-                                              ctypes.byref(be), pc, n)
+            common = (self._handle, op_b, op_a, n, m, k, ctypes.byref(al))
+            if variant.batched:
+                status = self._lib.cublasSgemmStridedBatched(*common, pb, ldb, sb, pa, lda, sa, ctypes.byref(be), pc,
+                                                             n, sc, int(batch))
+                self._check(status, "cublasSgemmStridedBatched")
+                return
+            status = self._lib.cublasSgemm_v2(*common, pb, ldb, pa, lda, ctypes.byref(be), pc, n)
             self._check(status, "cublasSgemm")
             return
-        dtype, compute = dt.cuda_type, dt.cublas_compute
+        dtype, compute, c_type = dt.cuda_type, dt.cublas_compute, PRECISIONS[variant.out].cuda_type
+        if variant.batched:
+            status = self._lib.cublasGemmStridedBatchedEx(self._handle, op_b, op_a, n, m, k, ctypes.byref(al), pb,
+                                                          dtype, ldb, sb, pa, dtype, lda, sa, ctypes.byref(be), pc,
+                                                          c_type, n, sc, int(batch), compute, _GEMM_DEFAULT)
+            self._check(status, f"cublasGemmStridedBatchedEx ({precision})")
+            return
         status = self._lib.cublasGemmEx(self._handle, op_b, op_a, n, m, k, ctypes.byref(al), pb, dtype, ldb, pa,
-                                         dtype, lda, ctypes.byref(be), pc, PRECISIONS[variant.out].cuda_type, n,
-                                         compute, _GEMM_DEFAULT)
+                                         dtype, lda, ctypes.byref(be), pc, c_type, n, compute, _GEMM_DEFAULT)
         self._check(status, f"cublasGemmEx ({precision})")
 
     def dgemm(self, m: int, n: int, k: int, a: int, b: int, c: int, b_transposed: bool = False,
-              a_transposed: bool = False) -> None:
+              a_transposed: bool = False, batch: int = 1) -> None:
         """Row-major float64 C = A @ B (the verification reference for large problems); B is
-        stored N x K where ``b_transposed``, A stored K x M where ``a_transposed``."""
+        stored N x K where ``b_transposed``, A stored K x M where ``a_transposed``. With ``batch``
+        > 1, that many products of packed matrices (A, B and C each one after another:
+        cublasDgemmStridedBatched)."""
         one, zero = ctypes.c_double(1.0), ctypes.c_double(0.0)
         op_b, ldb = (_OP_T, k) if b_transposed else (_OP_N, n)
         op_a, lda = (_OP_T, m) if a_transposed else (_OP_N, k)
-        status = self._lib.cublasDgemm_v2(self._handle, op_b, op_a, n, m, k, ctypes.byref(one), ctypes.c_void_p(b),
-                                          ldb, ctypes.c_void_p(a), lda, ctypes.byref(zero), ctypes.c_void_p(c), n)
+        head = (self._handle, op_b, op_a, n, m, k, ctypes.byref(one))
+        if batch != 1:
+            status = self._lib.cublasDgemmStridedBatched(*head, ctypes.c_void_p(b), ldb, ctypes.c_longlong(k * n),
+                                                         ctypes.c_void_p(a), lda, ctypes.c_longlong(m * k),
+                                                         ctypes.byref(zero), ctypes.c_void_p(c), n,
+                                                         ctypes.c_longlong(m * n), int(batch))
+            self._check(status, "cublasDgemmStridedBatched")
+            return
+        status = self._lib.cublasDgemm_v2(*head, ctypes.c_void_p(b), ldb, ctypes.c_void_p(a), lda, ctypes.byref(zero),
+                                          ctypes.c_void_p(c), n)
         self._check(status, "cublasDgemm")
 
     def close(self) -> None:

@@ -6,6 +6,10 @@ column-major C^T = B^T A^T, so B goes first (as in gemmgen.cublas) and a bias pe
 row-major C is cuBLASLt's bias per row of D. What cuBLASLt does not fuse (a bias per row of C,
 SiLU) has no baseline: CublasError says so.
 
+A batched variant (batch=strided) is one cublasLtMatmul of ``batch`` products: each layout gets
+the batch count and its operand's stride (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+STRIDED_BATCH_OFFSET), the bias its own (CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE).
+
 A plan (descriptors, the algorithm cuBLASLt's heuristic picks with a 32 MiB workspace) is made
 once per problem and kept, so that a timed call queues the matmul only. Calls run on the default
 stream of the CUDA context current on the calling thread.
@@ -14,7 +18,7 @@ stream of the CUDA context current on the calling thread.
 import ctypes
 from functools import lru_cache
 
-from gemmgen.cublas import CublasError, load_toolkit_library
+from gemmgen.cublas import CublasError, check_batch, load_toolkit_library
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.problem import Variant
 
@@ -22,7 +26,9 @@ _OP_N, _OP_T = 0, 1
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F, the compute type where gemmgen.dtypes names none (fp32)
 _CUDA_R_32F = 0
 # cublasLtMatmulDescAttributes_t
-_DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER = 3, 4, 7, 8
+_DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_BIAS_BATCH_STRIDE = 3, 4, 7, 8, 10
+# cublasLtMatrixLayoutAttribute_t: a strided batch's count (int32) and stride in elements (int64)
+_LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 _PREF_MAX_WORKSPACE_BYTES = 1
 # cublasLtEpilogue_t, by (bias, act)
 EPILOGUES = {("none", "none"): 1, ("none", "relu"): 2, ("col", "none"): 4, ("col", "relu"): 6,
@@ -77,20 +83,28 @@ class CublasLt:
                                                               ctypes.c_size_t(ctypes.sizeof(value))),
                     "cublasLtMatmulDescSetAttribute")
 
-    def _layout(self, cuda_type: int, rows: int, cols: int, ld: int):
+    def _layout(self, cuda_type: int, rows: int, cols: int, ld: int, batch: int = 1, stride: int = 0):
         layout = ctypes.c_void_p()
         self._check(self._lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), cuda_type, ctypes.c_uint64(rows),
                                                           ctypes.c_uint64(cols), ctypes.c_int64(ld)),
                     "cublasLtMatrixLayoutCreate")
+        if batch != 1:
+            for attribute, value in ((_LAYOUT_BATCH_COUNT, ctypes.c_int32(batch)),
+                                     (_LAYOUT_STRIDED_BATCH_OFFSET, ctypes.c_int64(stride))):
+                self._check(self._lib.cublasLtMatrixLayoutSetAttribute(layout, attribute, ctypes.byref(value),
+                                                                        ctypes.c_size_t(ctypes.sizeof(value))),
+                            "cublasLtMatrixLayoutSetAttribute")
         return layout
 
-    def _plan(self, precision: str, m: int, n: int, k: int, variant: Variant, bias: int) -> tuple:
-        key = (precision, m, n, k, variant, bias)
+    def _plan(self, precision: str, m: int, n: int, k: int, variant: Variant, bias: int, batch: int,
+              strides: tuple[int, int, int, int]) -> tuple:
+        key = (precision, m, n, k, variant, bias, batch, strides)
         if key in self._plans:
             return self._plans[key]
         dt = PRECISIONS[precision]
         in_type, c_type = dt.cuda_type, PRECISIONS[variant.out].cuda_type
         compute = dt.cublas_compute if dt.cublas_compute is not None else _COMPUTE_32F
+        stride_a, stride_b, stride_c, stride_bias = strides
         desc = ctypes.c_void_p()
         self._check(self._lib.cublasLtMatmulDescCreate(ctypes.byref(desc), compute, _CUDA_R_32F),
                     "cublasLtMatmulDescCreate")
@@ -101,9 +115,12 @@ class CublasLt:
         self._set(desc, _DESC_EPILOGUE, ctypes.c_int(EPILOGUES[(variant.bias, variant.act)]))
         if variant.bias != "none":
             self._set(desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias))
-        layout_b = self._layout(in_type, k, n, k) if variant.b_transposed else self._layout(in_type, n, k, n)
-        layout_a = self._layout(in_type, k, m, k)
-        layout_c = self._layout(c_type, n, m, n)
+            if batch != 1:
+                self._set(desc, _DESC_BIAS_BATCH_STRIDE, ctypes.c_int64(stride_bias))
+        layout_b = (self._layout(in_type, k, n, k, batch, stride_b) if variant.b_transposed
+                    else self._layout(in_type, n, k, n, batch, stride_b))
+        layout_a = self._layout(in_type, k, m, k, batch, stride_a)
+        layout_c = self._layout(c_type, n, m, n, batch, stride_c)
         pref = ctypes.c_void_p()
         self._check(self._lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
         size = ctypes.c_uint64(WORKSPACE_BYTES)
@@ -116,22 +133,30 @@ class CublasLt:
                     "cublasLtMatmulAlgoGetHeuristic")
         self._lib.cublasLtMatmulPreferenceDestroy(pref)
         if count.value < 1:
-            raise CublasError(f"cuBLASLt has no algorithm for {precision} {m}x{n}x{k} {variant.text}")
+            raise CublasError(f"cuBLASLt has no algorithm for {precision} {m}x{n}x{k} {variant.text}"
+                              + (f" (batch {batch})" if batch != 1 else ""))
         plan = (desc, layout_b, layout_a, layout_c, found)
         self._plans[key] = plan
         return plan
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-             variant: Variant, bias: int | None = None) -> None:
+             variant: Variant, bias: int | None = None, batch: int = 1,
+             strides: tuple[int, int, int, int] | None = None) -> None:
         """Row-major C = act(alpha * A @ B + beta * C + bias) for device pointers a, b, c and bias
-        (N values of C's type, one per column), as gemmgen.cublas.Cublas.gemm for the rest.
-        Raises CublasError where cuBLASLt fuses no such epilogue (``supported``)."""
+        (N values of C's type, one per column), as gemmgen.cublas.Cublas.gemm for the rest; a
+        batched variant computes ``batch`` products in one call, ``strides`` = (stride_a, stride_b,
+        stride_c, stride_bias) in elements (0 for A, B or the bias: one for every product).
+        Raises CublasError where cuBLASLt fuses no such epilogue (``supported``), or strides are
+        given where the variant is not batched or missing where it is."""
         why = supported(variant)
         if why:
             raise CublasError(why)
         if variant.bias != "none" and not bias:
             raise CublasError(f"variant {variant.text} adds a bias: pass its device address")
-        desc, layout_b, layout_a, layout_c, found = self._plan(precision, m, n, k, variant, bias or 0)
+        check_batch(variant, batch, strides)
+        strides = tuple(int(s) for s in strides) if strides is not None else (0, 0, 0, 0)
+        desc, layout_b, layout_a, layout_c, found = self._plan(precision, m, n, k, variant, bias or 0, int(batch),
+                                                               strides)
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         self._check(self._lib.cublasLtMatmul(self._handle, desc, ctypes.byref(al), ctypes.c_void_p(b), layout_b,
                                              ctypes.c_void_p(a), layout_a, ctypes.byref(be), ctypes.c_void_p(c),

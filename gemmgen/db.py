@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, DateTime, Double, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, case, create_engine, func, inspect, select, text, update)
+                        UniqueConstraint, case, create_engine, false, func, inspect, select, text, update)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -513,8 +513,7 @@ class ResultsDB:
                         Kernel.source_hash == (source_hash or ""),
                         Measurement.device_id == device_id, Measurement.problem_id == problem_id,
                         Measurement.status.in_(list(statuses)),
-                        *((Measurement.batch_count == int(batch_count),) if self.version >= BATCH_COUNT_SINCE
-                          else () if int(batch_count) == 1 else (False,)))
+                        *_batch_count_filter(self.version, batch_count))
                  .order_by(Measurement.created_at.desc(), Measurement.id.desc())
                  .limit(1))
         rows = self._fetch(query)
@@ -538,8 +537,8 @@ class ResultsDB:
     def results(self, *, family: str | None = None, precision: str | None = None, arch: str | None = None,
                 device: str | None = None, shape: tuple[int, int, int] | None = None,
                 status: str | Iterable[str] | None = None, tag: str | None = None,
-                variant: Variant | Mapping[str, str | None] | None = None, sort: str = "tflops",
-                descending: bool = True, limit: int | None = None) -> list[ResultRow]:
+                variant: Variant | Mapping[str, str | None] | None = None, batch_count: int | None = None,
+                sort: str = "tflops", descending: bool = True, limit: int | None = None) -> list[ResultRow]:
         """Measurements matching every filter given, sorted by ``sort`` with NULLs last.
 
         family, precision, arch (the kernel's) and tag match exactly; ``device`` is a
@@ -547,7 +546,8 @@ class ResultsDB:
         status or several. ``variant``: a gemmgen.problem.Variant (kernels computing exactly it),
         or a mapping of some of its keys (``{"trans": "nt"}``: any C type, bias and activation);
         on a database of a schema before the variant columns, read without migrating, the
-        kernels' names are read instead. Ties are broken by the newest measurement first. Raises
+        kernels' names are read instead. ``batch_count``: measurements of that many products per
+        launch only (every row before schema 4 is of 1). Ties are broken by the newest measurement first. Raises
         ResultsDBError for an unknown sort key, status or variant key or value, a malformed
         shape or a negative limit.
         """
@@ -578,6 +578,8 @@ class ResultsDB:
             query = query.where(Measurement.status.in_(wanted))
         if tag is not None:
             query = query.where(Measurement.tag == tag)
+        if batch_count is not None:
+            query = query.where(*_batch_count_filter(self.version, batch_count))
         column = _SORT_COLUMNS[sort]
         query = query.order_by(case((column.is_(None), 1), else_=0),  # NULLs last, both directions
                                column.desc() if descending else column.asc(),
@@ -591,6 +593,14 @@ class ResultsDB:
         if limit is not None:
             query = query.limit(int(limit))
         return self._fetch(query)
+
+
+def _batch_count_filter(version: int, batch_count: int) -> tuple:
+    """The conditions of measurements of ``batch_count`` products per launch, on a schema of
+    ``version`` (before BATCH_COUNT_SINCE every measurement is of one)."""
+    if version >= BATCH_COUNT_SINCE:
+        return (Measurement.batch_count == int(batch_count),)
+    return () if int(batch_count) == 1 else (false(),)
 
 
 def _variant_filter(variant) -> dict[str, str]:

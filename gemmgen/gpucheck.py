@@ -22,14 +22,22 @@ _OUT_INIT[5] = np.iinfo(np.uint64).max  # the first failing element: none yet
 
 
 class References:
-    """prod = A @ B and absprod = |A| @ |B| in float64 (M x N, row-major) on the GPU."""
+    """prod = A @ B and absprod = |A| @ |B| in float64 (M x N, row-major) on the GPU; of a batch,
+    ``batch`` such matrices one after another (``matrix`` gives one)."""
 
-    def __init__(self, prod, absprod):
+    def __init__(self, prod, absprod, matrix_elements: int = 0, owner: bool = True):
         self.prod, self.absprod = prod, absprod
+        self._elements, self._owner = matrix_elements, owner
+
+    def matrix(self, i: int) -> "References":
+        """Matrix ``i``'s references (device addresses into these; freed with them)."""
+        offset = 8 * self._elements * i
+        return References(int(self.prod) + offset, int(self.absprod) + offset, self._elements, owner=False)
 
     def free(self) -> None:
-        self.prod.free()
-        self.absprod.free()
+        if self._owner:
+            self.prod.free()
+            self.absprod.free()
 
 
 class GpuChecker:
@@ -53,19 +61,19 @@ class GpuChecker:
         return (max(1, min(-(-n // THREADS), self._blocks_max)), 1, 1)
 
     def references(self, a, b, m: int, n: int, k: int, precision: str, b_transposed: bool = False,
-                   a_transposed: bool = False) -> References:
+                   a_transposed: bool = False, batch: int = 1) -> References:
         """The float64 products of device operands a (M x K; stored K x M where ``a_transposed``)
         and b (K x N; stored N x K where ``b_transposed``), stored as ``precision``'s inputs (fp32
-        for tf32)."""
+        for tf32); with ``batch``, of that many packed matrices of each (References.matrix)."""
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
-        a64, b64 = drv.mem_alloc(m * k * 8), drv.mem_alloc(k * n * 8)
-        prod, absprod = drv.mem_alloc(m * n * 8), drv.mem_alloc(m * n * 8)
+        a64, b64 = drv.mem_alloc(batch * m * k * 8), drv.mem_alloc(batch * k * n * 8)
+        prod, absprod = drv.mem_alloc(batch * m * n * 8), drv.mem_alloc(batch * m * n * 8)
         try:
             for absolute, out in ((0, prod), (1, absprod)):
-                for src, dst, count in ((a, a64, m * k), (b, b64, k * n)):
+                for src, dst, count in ((a, a64, batch * m * k), (b, b64, batch * k * n)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
                                                np.int64(count), np.int32(absolute))
-                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed, a_transposed)
+                self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed, a_transposed, batch)
             self.gpu.synchronize()
         except BaseException:
             prod.free()
@@ -74,7 +82,7 @@ class GpuChecker:
         finally:
             a64.free()
             b64.free()
-        return References(prod, absprod)
+        return References(prod, absprod, m * n)
 
     def stats(self, c, refs: References, c0, m: int, n: int, k: int, alpha: float, beta: float,
               precision: str, variant: Variant = Variant(), bias=None) -> verify.Stats:
@@ -87,8 +95,8 @@ class GpuChecker:
         if bias_mode and bias is None:
             raise ValueError(f"variant {variant.text} adds a bias: pass its device vector")
         drv.memcpy_htod(self._out, _OUT_INIT)
-        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(c_type.check_kind), refs.prod,
-                                    refs.absprod, int(c0), float(alpha), float(beta),
+        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(c_type.check_kind),
+                                    int(refs.prod), int(refs.absprod), int(c0), float(alpha), float(beta),
                                     tolerance.elementwise_tolerance(precision, k, out, variant.act), np.int64(count),
                                     self._out, int(bias) if bias_mode else 0, np.int32(bias_mode), np.int64(n),
                                     np.int32(ACT_CODES[variant.act]))

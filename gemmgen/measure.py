@@ -5,23 +5,23 @@ results database and committed at once.
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gemmgen import verify
 from gemmgen.build import BuildResult, build_kernel, kernel_usage
 from gemmgen.config import KernelConfig
-from gemmgen.cublas import Cublas
+from gemmgen.cublas import Cublas, baseline_api
 from gemmgen.cublaslt import CublasLt
 from gemmgen.db import ResultsDB
-from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.errors import GemmgenError
 from gemmgen.l2flush import L2Flush
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.gpucheck import GpuChecker, References
-from gemmgen.problem import BATCH_NOT_MEASURED, Shape, Variant
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
-from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, time_interleaved
+from gemmgen.runtime import Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, packed_strides, time_interleaved
 
 # Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
 Runner = Callable[[float, float], None]
@@ -62,18 +62,22 @@ class Measured:
     baseline: Timing | None = None  # cuBLAS, timed in alternation with this point (Bench.interleave)
     cut: bool = False  # timed a few runs only: slower than the give_up_ms it was measured with
     variant: Variant = Variant()  # layouts of A and B, type of C
+    batch: int = 1  # products per launch (a batched variant's count; stored as the row's batch_count)
 
     @property
     def tflops(self) -> float | None:
-        return self.shape.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.timing else None
+        """Every product of the launch's flops over the median time."""
+        return self.batch * self.shape.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.timing else None
 
     @property
     def bandwidth(self) -> float | None:
-        """Achieved bytes/s: Shape.bytes_moved (A, B read once, C written once in its type) over the median time."""
+        """Achieved bytes/s: Shape.bytes_moved (A, B read once, C written once in its type) of every product
+        of the launch over the median time."""
         if not self.timing:
             return None
         c_bytes = PRECISIONS[self.variant.out].bytes
-        return self.shape.bytes_moved(PRECISIONS[self.precision].bytes, c_bytes) / (self.timing.median_ms * 1e-3)
+        moved = self.batch * self.shape.bytes_moved(PRECISIONS[self.precision].bytes, c_bytes)
+        return moved / (self.timing.median_ms * 1e-3)
 
     @property
     def baseline_ratio(self) -> float | None:
@@ -85,20 +89,29 @@ class Operands:
     """Device buffers of one shape, precision and variant (A and B as stored: Variant.a_dims, b_dims; C and C0
     of type ``variant.out``; a bias vector of that type, M or N values, where the variant adds
     one), with the host copies of their contents and, once a check asks for them, the float64
-    references of the product on the GPU."""
+    references of the product on the GPU.
 
-    def __init__(self, gpu: Gpu, shape: Shape, precision: str, variant: Variant = Variant()):
-        self.gpu, self.shape, self.precision, self.variant = gpu, shape, precision, variant
+    A batched variant's operands hold ``batch`` matrices of each (and bias vectors), packed one
+    after another (``strides``: gemmgen.runtime.packed_strides); the host copies stack them along
+    the rows (A: batch * rows x columns). ``batch`` is 1 for a variant that is not batched
+    (ValueError otherwise)."""
+
+    def __init__(self, gpu: Gpu, shape: Shape, precision: str, variant: Variant = Variant(), batch: int = 1):
+        if batch < 1 or (batch != 1 and not variant.batched):
+            raise ValueError(f"batch {batch}: a batched variant takes a batch of 1 or more, any other a batch of 1")
+        self.gpu, self.shape, self.precision, self.variant, self.batch = gpu, shape, precision, variant, batch
         esize = PRECISIONS[precision].bytes
         self.c_bytes = PRECISIONS[variant.out].bytes
         drv = gpu.drv
         m, n, k = shape.m, shape.n, shape.k
-        self.a = drv.mem_alloc(m * k * esize)
-        self.b = drv.mem_alloc(k * n * esize)
-        self.c = drv.mem_alloc(m * n * self.c_bytes)
-        self.c0 = drv.mem_alloc(m * n * self.c_bytes)
-        self.bias_len = {"none": 0, "row": m, "col": n}[variant.bias]
-        self.bias = drv.mem_alloc(self.bias_len * self.c_bytes) if self.bias_len else None
+        #: (stride_a, stride_b, stride_c, stride_bias) in elements, as a batched launcher takes them
+        self.strides = packed_strides(variant, m, n, k)
+        self.a = drv.mem_alloc(batch * m * k * esize)
+        self.b = drv.mem_alloc(batch * k * n * esize)
+        self.c = drv.mem_alloc(batch * m * n * self.c_bytes)
+        self.c0 = drv.mem_alloc(batch * m * n * self.c_bytes)
+        self.bias_len = self.strides[3]  # M or N values (0: no bias)
+        self.bias = drv.mem_alloc(batch * self.bias_len * self.c_bytes) if self.bias_len else None
         self.host_a = self.host_b = self.host_c0 = self.host_bias = None
         self.references: References | None = None  # of the current contents (GpuChecker.references)
 
@@ -106,15 +119,21 @@ class Operands:
     def filled(self) -> bool:
         return self.host_a is not None
 
+    @property
+    def c_size(self) -> int:
+        """Bytes of C (every matrix of the batch)."""
+        return self.batch * self.shape.m * self.shape.n * self.c_bytes
+
     def fill(self, rng: np.random.Generator) -> None:
         """Fresh random A, B and C0 (uniform(-1, 1), never zeros), on the host and the device."""
-        m, n, k = self.shape.m, self.shape.n, self.shape.k
-        self.host_a = verify.random_matrix(rng, *self.variant.a_dims(self.shape), self.precision)
-        self.host_b = verify.random_matrix(rng, *self.variant.b_dims(self.shape), self.precision)
-        self.host_c0 = verify.random_matrix(rng, m, n, self.variant.out)
+        m, n, batch = self.shape.m, self.shape.n, self.batch
+        (ra, ca), (rb, cb) = self.variant.a_dims(self.shape), self.variant.b_dims(self.shape)
+        self.host_a = verify.random_matrix(rng, batch * ra, ca, self.precision)
+        self.host_b = verify.random_matrix(rng, batch * rb, cb, self.precision)
+        self.host_c0 = verify.random_matrix(rng, batch * m, n, self.variant.out)
         drv = self.gpu.drv
         if self.bias is not None:
-            self.host_bias = verify.random_matrix(rng, 1, self.bias_len, self.variant.out)
+            self.host_bias = verify.random_matrix(rng, 1, batch * self.bias_len, self.variant.out)
             drv.memcpy_htod(self.bias, self.host_bias)
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
@@ -125,15 +144,23 @@ class Operands:
         """C = NaN everywhere when beta == 0 (unwritten elements then fail), else C = C0."""
         drv = self.gpu.drv
         if beta == 0.0:  # all-ones bits: NaN in fp32, fp16 and bf16
-            drv.memset_d8(self.c, 0xFF, self.shape.m * self.shape.n * self.c_bytes)
+            drv.memset_d8(self.c, 0xFF, self.c_size)
         else:
-            drv.memcpy_dtod(self.c, self.c0, self.shape.m * self.shape.n * self.c_bytes)
+            drv.memcpy_dtod(self.c, self.c0, self.c_size)
 
     def download_c(self) -> np.ndarray:
-        """C as float64 (its values exactly)."""
-        out = np.empty((self.shape.m, self.shape.n), dtype=verify.host_dtype(self.variant.out))
+        """C as float64 (its values exactly): M x N, or batch x M x N for a batched variant."""
+        m, n = self.shape.m, self.shape.n
+        out = np.empty((self.batch, m, n), dtype=verify.host_dtype(self.variant.out))
         self.gpu.drv.memcpy_dtoh(out, self.c)
-        return verify.as_float64(out, self.variant.out)
+        return verify.as_float64(out if self.variant.batched else out[0], self.variant.out)
+
+    def matrix(self, i: int) -> tuple[int, int, int | None]:
+        """Device addresses of matrix ``i`` of the batch: (C, C0, the bias vector or None)."""
+        m, n = self.shape.m, self.shape.n
+        c_at = i * m * n * self.c_bytes
+        bias = int(self.bias) + i * self.bias_len * self.c_bytes if self.bias is not None else None
+        return int(self.c) + c_at, int(self.c0) + c_at, bias
 
     def _drop_references(self) -> None:
         if self.references is not None:
@@ -156,11 +183,15 @@ class Bench:
     """Measures points and baselines on one GPU and records every outcome in ``db``."""
 
     def __init__(self, gpu: Gpu, db: ResultsDB, *, tag: str | None = "bench", seed: int | None = None,
-                 min_total_ms: float = 300.0, interleave: bool = False):
+                 min_total_ms: float = 300.0, interleave: bool = False, batch_count: int = 1):
         """With ``interleave``, each point is timed in alternation with cuBLAS on the same operands
-        (Measured.baseline), and that cuBLAS timing is recorded too."""
+        (Measured.baseline), and that cuBLAS timing is recorded too. ``batch_count``: the products
+        of one launch of a batched variant (batch=strided), at packed strides; every other variant
+        computes one (ValueError for a count below 1)."""
+        if batch_count < 1:
+            raise ValueError(f"batch_count must be at least 1; got {batch_count}")
         self.gpu, self.db, self.tag, self.min_total_ms = gpu, db, tag, min_total_ms
-        self.interleave = interleave
+        self.interleave, self.batch_count = interleave, batch_count
         self.rng = np.random.default_rng(seed)
         self.cublas = Cublas()
         self._cublas_lt: CublasLt | None = None  # made for the first variant with an epilogue
@@ -172,12 +203,18 @@ class Bench:
         self.flush = L2Flush(gpu)  # before every timed run
         self._ops: Operands | None = None
 
+    def batch(self, variant: Variant) -> int:
+        """The products one launch of ``variant`` computes here: batch_count where it is batched, else 1."""
+        return self.batch_count if variant.batched else 1
+
     def operands(self, shape: Shape, precision: str, variant: Variant = Variant()) -> Operands:
-        if self._ops is None or (self._ops.shape, self._ops.precision, self._ops.variant) != (shape, precision, variant):
-            if self._ops is not None:
-                self._ops.free()
+        batch = self.batch(variant)
+        ops = self._ops
+        if ops is None or (ops.shape, ops.precision, ops.variant, ops.batch) != (shape, precision, variant, batch):
+            if ops is not None:
+                ops.free()
                 self._ops = None
-            self._ops = Operands(self.gpu, shape, precision, variant)
+            self._ops = Operands(self.gpu, shape, precision, variant, batch)
         return self._ops
 
     # ---- verification and timing, shared by kernels and cuBLAS ----
@@ -186,26 +223,30 @@ class Bench:
         """Both checks of verify.CHECKS on the operands' random inputs (filled once per shape and
         precision: every kernel measured there sees the same), judged on the GPU against float64
         references made once for them (gemmgen.gpucheck). C is reset before each check (NaN for
-        beta == 0), so no kernel passes on what another left. The first failure, or the check
-        with the larger error."""
+        beta == 0), so no kernel passes on what another left. Every matrix of a batch is judged
+        on its own, against its own reference. The first failure (its message names the matrix
+        of a batch), or the check and matrix with the largest error."""
         if not ops.filled:
             ops.fill(self.rng)
         s = ops.shape
         if ops.references is None:
             ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,
-                                                     ops.variant.b_transposed, ops.variant.a_transposed)
+                                                     ops.variant.b_transposed, ops.variant.a_transposed, ops.batch)
         worst = None
         var = ops.variant
         for alpha, beta in verify.CHECKS:
             ops.reset_c(beta)
             run(alpha, beta)
             self.gpu.synchronize()
-            stats = self.checker.stats(ops.c, ops.references, ops.c0, s.m, s.n, s.k, alpha, beta, ops.precision, var,
-                                       ops.bias)
-            verdict = verify.judge(stats, ops.precision, s.k, var.out, var.act)
-            if not verdict.ok:
-                return verdict
-            worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
+            for i in range(ops.batch):
+                c, c0, bias = ops.matrix(i)
+                stats = self.checker.stats(c, ops.references.matrix(i), c0, s.m, s.n, s.k, alpha, beta, ops.precision,
+                                           var, bias)
+                verdict = verify.judge(stats, ops.precision, s.k, var.out, var.act)
+                if not verdict.ok:
+                    return replace(verdict, message=f"matrix {i} of the batch of {ops.batch}: {verdict.message}") \
+                        if var.batched else verdict
+                worst = verdict if worst is None or verdict.rel_error > worst.rel_error else worst
         return worst
 
     def time(self, ops: Operands, *launches: Launch, give_up_ms: float | None = None) -> list[Timing]:
@@ -214,10 +255,10 @@ class Bench:
         verified) run in alternation: one Timing each. With ``give_up_ms``, a first launch whose
         median after a few runs is above it stops there (runtime.time_interleaved)."""
         drv = self.gpu.drv
-        mn_bytes = ops.shape.m * ops.shape.n * ops.c_bytes
+        c_size = ops.c_size
 
         def before():
-            drv.memset_d8(ops.c, 0xFF, mn_bytes)
+            drv.memset_d8(ops.c, 0xFF, c_size)
             self.flush()  # after the poisoning: C's dirty lines are written back outside the timing
 
         return time_interleaved(self.gpu, list(launches), before, min_total_ms=self.min_total_ms,
@@ -256,9 +297,8 @@ class Bench:
                                    arch=config.arch.name, params=config.params, template_hash=template_hash(config),
                                    source_hash=source_hash(source))
         variant = config.variant
-        if variant.batched:
-            raise InvalidParameter(BATCH_NOT_MEASURED)
-        result = Measured(label, config.name, config.precision, shape, "infeasible", variant=variant)
+        batch = self.batch(variant)
+        result = Measured(label, config.name, config.precision, shape, "infeasible", variant=variant, batch=batch)
         build = build or build_kernel(config)
         usage = kernel_usage(config, build) if build.ok else None
         if not build.ok:
@@ -268,16 +308,17 @@ class Bench:
             try:
                 with ExitStack() as stack:
                     kernel = LoadedKernel(self.gpu, config, build.library)
-                    kernel.describe(shape.m, shape.n, shape.k)  # refuses before anything is allocated
+                    kernel.describe(shape.m, shape.n, shape.k, batch=batch)  # refuses before anything is allocated
                     ops = self.operands(shape, config.precision, variant)
 
-                    def run(alpha, beta):
+                    def run(alpha, beta):  # a batch at packed strides: the Launcher's default
                         kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c),
-                                      bias=ops.bias_address)
+                                      bias=ops.bias_address, batch=batch)
 
                     # the timed launch: checks, grid, workspace and tensor maps made once, here
                     plan = stack.enter_context(kernel.plan(shape.m, shape.n, shape.k, TIMED_ALPHA, int(ops.a),
-                                                           int(ops.b), TIMED_BETA, int(ops.c), bias=ops.bias_address))
+                                                           int(ops.b), TIMED_BETA, int(ops.c), bias=ops.bias_address,
+                                                           batch=batch))
                     launches = [plan.run]
                     if self.interleave:
                         cublas = self._cublas_runner(config.precision, ops)
@@ -296,12 +337,12 @@ class Bench:
         if result.baseline is not None:
             baseline = Measured("cublas", cublas_name(config.precision, variant), config.precision, shape, "ok",
                                 timing=result.baseline, message=f"timed in alternation with {config.name}",
-                                variant=variant)
+                                variant=variant, batch=batch)
             self._record(self._cublas_kernel_id(config.precision, variant), baseline)
         return result
 
     def _cublas_kernel_id(self, precision: str, variant: Variant = Variant()) -> int:
-        api = (("api", "cublasLtMatmul"),) if variant.has_epilogue else ()
+        api = (("api", baseline_api(precision, variant)),)
         return self.db.kernel(name=cublas_name(precision, variant), family="cublas", precision=precision,
                               arch=self.gpu.info.arch.name,
                               params={**dict(PRECISIONS[precision].baseline), **dict(api), **dict(variant.items)})
@@ -310,6 +351,7 @@ class Bench:
         """cuBLAS's GEMM of the operands' variant: cuBLASLt with its fused epilogue where the
         variant has one (gemmgen.cublaslt), else cublasGemmEx / cublasSgemm."""
         s = ops.shape
+        batched = ops.variant.batched  # the operands' batch, at their (packed) strides
         if ops.variant.has_epilogue:
             if self._cublas_lt is None:
                 self._cublas_lt = CublasLt()
@@ -317,24 +359,24 @@ class Bench:
 
             def run(alpha, beta):
                 lt.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
-                        bias=ops.bias_address)
+                        bias=ops.bias_address, batch=ops.batch, strides=ops.strides if batched else None)
 
             return run
 
         def run(alpha, beta):
-            self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant)
+            self.cublas.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
+                             batch=ops.batch, strides=ops.strides[:3] if batched else None)
 
         return run
 
     def measure_cublas(self, precision: str, shape: Shape, variant: Variant = Variant()) -> Measured:
         """Verify, time and record cuBLAS's GEMM for ``precision`` (see dtypes.Precision.baseline)
-        and ``variant`` (B transposed, C's type)."""
-        if variant.batched:
-            raise InvalidParameter(BATCH_NOT_MEASURED)
+        and ``variant`` (layouts, C's type, epilogue; a batched one: Bench's batch_count products per
+        call, cublasGemmStridedBatchedEx or cuBLASLt with batched layouts)."""
         ops = self.operands(shape, precision, variant)
         run = self._cublas_runner(precision, ops)
         result = self._verify_and_time(run, ops, Measured("cublas", cublas_name(precision, variant), precision, shape,
-                                                          "infeasible", variant=variant),
+                                                          "infeasible", variant=variant, batch=ops.batch),
                                        lambda: run(TIMED_ALPHA, TIMED_BETA))
         self._record(self._cublas_kernel_id(precision, variant), result)
         return result
@@ -345,7 +387,8 @@ class Bench:
         self.db.record(kernel_id=kernel_id, device_id=self.device_id, problem_id=problem_id, status=result.status,
                        median_ms=t.median_ms if t else None, min_ms=t.min_ms if t else None,
                        max_ms=t.max_ms if t else None, runs=t.runs if t else None, tflops=result.tflops,
-                       rel_error=result.rel_error, message=result.message[:20000], tag=self.tag, **extra)
+                       rel_error=result.rel_error, message=result.message[:20000], tag=self.tag,
+                       batch_count=result.batch, **extra)
         if result.status == "launch_error" and not self.gpu.healthy():
             raise ContextLost(f"{result.kernel} broke the CUDA context ({result.message}); every measurement "
                               "so far is stored; run again to measure the rest")

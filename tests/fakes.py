@@ -33,6 +33,7 @@ class FakeBench:
     ``sleep_s``: how long a measurement takes; ``marker``: a file touched when one starts."""
 
     gpu = None
+    batch_count = 1  # the products of a batched variant's launch (Bench.batch_count); its rows say so
 
     def __init__(self, db: ResultsDB, wrong: set[str] = frozenset(), sleep_s: float = 0.0, marker: str | None = None):
         self.db, self.wrong, self.measured, self.stop_after, self.tuner = db, wrong, [], None, None
@@ -67,7 +68,8 @@ class FakeBench:
                                    source_hash=source_hash(render_kernel(config)))
         self.db.record(kernel_id=kernel_id, device_id=self.device_id,
                        problem_id=timed_problem_id(self.db, shape), status=status,
-                       median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag="test")
+                       median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag="test",
+                       batch_count=self.batch_count if config.variant.batched else 1)
         if self.stop_after and len(self.measured) == self.stop_after:
             self.tuner.request_stop()
         return m

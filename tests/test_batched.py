@@ -143,12 +143,14 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "mma_128x128x32_w2x2_s3_f2_fp16_batched", "--shape", "64"], "batch=strided is not measured yet"),
-    (["bench", "v4", "--batch", "8"], "batch=strided is not measured yet"),
+    (["bench", "mma_128x128x32_w2x2_s3_f2_fp16_batched", "--shape", "64"], "give --batch N, the products per launch"),
+    (["bench", "cublas", "--batch-mode", "strided"], "give --batch N, the products per launch"),
+    (["tune", "--family", "wmma", "--batch", "8", "--gpu", "sm_90"],
+     "family wmma does not compute batch=strided (only none)"),
     (["bench", "v4", "--batch", "0"], "the batch count must be at least 1"),
     (["bench", "v4", "--batch", "4", "--batch-mode", "none"], "cannot go with --batch-mode none"),
     (["tune", "--family", "mma", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
-     "batch=strided is not measured yet"),
+     "give --batch N, the products per launch"),
     (["emit", "--family", "mma", "--set", "batch=strided", "--gpu", "sm_90", "--harness"],
      "--harness does not check batch=strided yet"),
     (["emit", "--family", "wmma", "--batch-mode", "strided", "--gpu", "sm_90"],

@@ -81,3 +81,25 @@ def test_kernels_are_ranked_within_their_variant_against_its_cublas(db):
     assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90, variant=Variant("nt", "bf16"))] == [
         ("hopper_64x128_c1_s5_bf16_nt_obf16", None)]
     assert best(db, "bf16", shape, SM90, variant=Variant("nt", "bf16", "row", "gelu")) is None
+
+
+def test_a_batched_kernel_is_judged_against_cublas_of_its_own_batch_count(db):
+    """Rows of a batch of 64 are far faster in TFLOP/s than rows of 1; each is divided by cuBLAS's
+    of its count, and batch_count narrows to one count."""
+    from gemmgen.problem import Variant
+
+    shape, batched = Shape(64, 64, 64), Variant(batch="strided")
+    device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
+                       driver_version="580", cuda_version="13.0")
+    problem = db.problem(64, 64, 64, 1.0, 0.0)
+    a, b = "mma_128x128x32_w2x2_s3_f2_fp16_batched", "mma_64x64x32_w2x2_s3_f2_fp16_batched"
+    for name, family, count, tflops in (("cublas_fp16_batched", "cublas", 1, 1.0), ("cublas_fp16_batched", "cublas",
+                                        64, 100.0), (a, "mma", 1, 1.2), (b, "mma", 64, 90.0)):
+        kernel = db.kernel(name=name, family=family, precision="fp16", arch="sm_90", params={})
+        db.record(kernel_id=kernel, device_id=device, problem_id=problem, status="ok", tflops=tflops, median_ms=1.0,
+                  batch_count=count)
+    found = ranked(db, "fp16", shape, SM90, variant=batched)
+    assert [(r.kernel, r.score) for r in found] == [(a, pytest.approx(1.2)), (b, pytest.approx(0.9))]
+    assert [r.kernel for r in ranked(db, "fp16", shape, SM90, variant=batched, batch_count=64)] == [b]
+    assert best(db, "fp16", shape, SM90, variant=batched, batch_count=1).kernel == a
+    assert best(db, "fp16", shape, SM90) is None  # no kernel of one product stored

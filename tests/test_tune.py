@@ -327,3 +327,33 @@ def test_gemmgen_tune_refuses_a_variant_it_cannot_tune_in_one_message(tmp_path, 
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"gemmgen: error: {message}") and err.count("gemmgen: error:") == 1
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_batched_tune_measures_stores_and_reuses_at_its_batch_count_only(tmp_path, capsys, fake_gpu):
+    """--batch N: every trial's kernel is batched, cuBLAS's baseline too, the study is named for
+    the count, every row says the count, and a tune at another count neither reuses those rows
+    nor shares the study; `results --batch N` shows one count."""
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    argv = ["tune", "--family", "mma", "--precision", "fp16", "--shape", "256", "--gpu", "sm_90", "--trials", "3",
+            "--sampler", "random", "--seed", "1", "--jobs", "2", "--db", url]
+    assert main([*argv, "--batch", "8"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("study mma-fp16_batched-sm_90-256x256x256-batch8: 3 trials")
+    [bench] = fake_gpu.made
+    batched = Variant(batch="strided")
+    assert bench.baselines == [("fp16", Shape(256, 256, 256), batched)]
+    assert bench.measured and all(name.endswith("_fp16_batched") for name in bench.measured)
+    rows = ResultsDB(url).results()
+    assert rows and {r.batch_count for r in rows} == {8} and {r.variant for r in rows} == {batched}
+    assert main([*argv, "--batch", "4"]) == 0
+    capsys.readouterr()
+    again = fake_gpu.made[1]
+    assert set(again.measured) >= set(bench.measured)  # the same points drawn: measured again at 4, none reused
+    names = {s.study_name for s in optuna.get_all_study_summaries(url)}
+    assert names == {"mma-fp16_batched-sm_90-256x256x256-batch8", "mma-fp16_batched-sm_90-256x256x256-batch4"}
+    db = ResultsDB(url)
+    assert {r.batch_count for r in db.results(batch_count=4)} == {4}
+    assert len(db.results(batch_count=8)) == len(rows) and db.results(batch_count=1) == []
+    assert main(["results", "--batch", "8", "--db", url, "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "batch_count" in lines[0].split(",") and len(lines) == 1 + len(rows)

@@ -288,6 +288,7 @@ def fake_gpu(monkeypatch):
 
     def open_bench(spec, index):
         bench = Bench(ResultsDB(spec.url))
+        bench.batch_count = spec.batch_count  # as the real Bench is made (tune.devices._open_bench)
         Bench.made.append(bench)
         return SimpleNamespace(info=SimpleNamespace(arch=SM90), close=lambda: None), bench
 

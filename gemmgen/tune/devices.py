@@ -35,6 +35,7 @@ class TuneSpec:
     arch: str | None  # --gpu, which must be the GPU's own
     first: tuple[tuple[dict, dict], ...] = ()  # extra first trials, (params, user_attrs): Tuner's ``first``
     variant: Variant = Variant()  # what every trial's kernel computes (--trans, --out, --bias, --act)
+    batch_count: int = 1  # products per launch of a batched variant (--batch N); 1 for any other
 
 
 def parse_devices(text: str, count: int) -> list[int]:
@@ -76,7 +77,7 @@ def _open_bench(spec: TuneSpec, index: int):
         gpu.close()
         raise GemmgenError(f"--gpu {spec.arch} asks to tune for {spec.arch}, but GPU {index} is {gpu.info.name} "
                            f"({gpu.info.arch.name}); timings need that GPU, so tune on it")
-    return gpu, Bench(gpu, ResultsDB(spec.url), tag=None, seed=spec.seed)
+    return gpu, Bench(gpu, ResultsDB(spec.url), tag=None, seed=spec.seed, batch_count=spec.batch_count)
 
 
 def _worker(spec: TuneSpec, index: int, jobs: int, budget, events) -> None:

@@ -39,7 +39,7 @@ from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import get_family
 from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import BATCH_NOT_MEASURED, Shape, Variant
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.report import geometric_mean
 from gemmgen.runtime import Timing
@@ -56,12 +56,16 @@ _ANY_STATUS = ("ok", "wrong_result", "compile_error", "launch_error", "infeasibl
 CHECK_DRAWS = 2000  # points of a space drawn, at most, to find one that computes the variant asked
 
 
-def study_name(family: str, precision: str, arch: str, shapes: list[Shape], variant: Variant = Variant()) -> str:
+def study_name(family: str, precision: str, arch: str, shapes: list[Shape], variant: Variant = Variant(),
+               batch_count: int = 1) -> str:
     """The default study name, e.g. ``warp-fp32-sm_90-4096x4096x4096``; a variant other than the
     default adds its suffix to the precision, as kernel names do
     (``hopper-bf16_nt_obf16-sm_90-4096x4096x4096``), so that studies of different variants never
-    mix (their trials would be different kernels with the same parameters)."""
-    return f"{family}-{precision}{variant.suffix}-{arch}-" + "_".join(str(s) for s in shapes)
+    mix (their trials would be different kernels with the same parameters); a batched one its
+    batch count too (``mma-fp16_batched-sm_90-512x512x64-batch8``: a trial's TFLOP/s are of that
+    many products per launch)."""
+    return (f"{family}-{precision}{variant.suffix}-{arch}-" + "_".join(str(s) for s in shapes)
+            + (f"-batch{batch_count}" if variant.batched else ""))
 
 
 def variant_params(params: dict, variant: Variant) -> dict:
@@ -75,10 +79,9 @@ def check_variant(space: SearchSpace, precision: str, arch, variant: Variant) ->
     biases, activations), or none of CHECK_DRAWS points drawn from the space computes it in
     ``precision`` on ``arch`` (the message gives the constraints every point drawn broke, else
     those of the first)."""
-    if variant.batched:
-        raise InvalidParameter(BATCH_NOT_MEASURED)
     family = get_family(space.family)
-    declared = {"trans": family.layouts, "out": family.outputs, "bias": family.biases, "act": family.activations}
+    declared = {"trans": family.layouts, "out": family.outputs, "bias": family.biases, "act": family.activations,
+                "batch": family.batches}
     wrong = [f"{key}={getattr(variant, key)} (only {', '.join(declared[key])})" for key in declared
              if getattr(variant, key) not in declared[key]]
     if wrong:
@@ -214,8 +217,9 @@ class Tuner:
     problem variant (``variant``: every trial's kernel computes it, cuBLAS's baseline is of it,
     and the study's default name carries it).
 
-    ``bench`` measures: it has ``db``, ``device_id``, ``gpu`` (or None),
-    ``measure_point(label, config, shape, build=..., give_up_ms=...)`` and
+    ``bench`` measures: it has ``db``, ``device_id``, ``gpu`` (or None), ``batch_count`` (the
+    products one launch of a batched variant computes: its rows are stored, found and reused
+    with that count only), ``measure_point(label, config, shape, build=..., give_up_ms=...)`` and
     ``measure_cublas(precision, shape, variant)`` returning :class:`Measured` (the real one is
     :class:`gemmgen.measure.Bench`; tests pass a deterministic stand-in). ``progress`` receives
     one event (a dict) per note and per finished trial (tune.progress renders them).
@@ -235,9 +239,10 @@ class Tuner:
         self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, space.precision(precision), arch, shapes
         self.jobs, self.compile_timeout_s, self.log = max(1, jobs), compile_timeout_s, log
         self.device, self.variant = device, variant
+        self.batch_count = bench.batch_count if variant.batched else 1  # of every row stored and looked up
         check_variant(space, self.precision, arch, variant)
         self._progress = progress or self._log_progress
-        self.study_name = study or study_name(space.family, precision, arch.name, shapes, variant)
+        self.study_name = study or study_name(space.family, precision, arch.name, shapes, variant, self.batch_count)
         self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
@@ -274,12 +279,13 @@ class Tuner:
         for shape in self.shapes:
             row = db.find(kernel_name=config.name, arch=config.arch.name, source_hash=src,
                           device_id=self.bench.device_id, problem_id=timed_problem_id(db, shape),
-                          statuses=_ANY_STATUS)
+                          statuses=_ANY_STATUS, batch_count=self.batch_count)
             if row is None:
                 return None
             timing = Timing(row.median_ms, row.min_ms, row.max_ms, row.runs or 0) if row.median_ms else None
             found.append(Measured(config.name, config.name, config.precision, shape, row.status, timing,
-                                  row.rel_error, row.message or "", cut=(row.message or "").startswith(CUT_PREFIX)))
+                                  row.rel_error, row.message or "", cut=(row.message or "").startswith(CUT_PREFIX),
+                                  variant=config.variant, batch=self.batch_count))
         return found
 
     def _claim_key(self, config: KernelConfig, src: str) -> dict:

@@ -40,12 +40,13 @@ DEFAULT_FAMILIES = {"fp32": ("warp",), "tf32": ("hopper", "mma"), "fp16": ("hopp
 
 def default_family(precision: str, arch: Arch, variant: Variant = Variant()) -> str:
     """The family to tune ``precision`` with on ``arch`` (DEFAULT_FAMILIES): the first that runs
-    there and computes ``variant`` (its declared layouts, outputs, biases and activations);
+    there and computes ``variant`` (its declared layouts, outputs, biases, activations and batches);
     raises InvalidParameter where none of them does."""
     for name in DEFAULT_FAMILIES[precision]:
         f = FAMILIES[name]
         if f.runs_on(arch.cc) and (variant.trans in f.layouts and variant.out in f.outputs
-                                   and variant.bias in f.biases and variant.act in f.activations):
+                                   and variant.bias in f.biases and variant.act in f.activations
+                                   and variant.batch in f.batches):
             return name
     what = precision if variant == Variant() else f"{precision} ({variant.text})"
     raise InvalidParameter(f"no default family tunes {what} on {arch.name}; choose one with --family")
@@ -147,17 +148,17 @@ class _Studies:
 
 
 def seeds(studies: _Studies, space: SearchSpace, precision: str, arch: Arch, shape: Shape,
-          others: list[Shape], variant: Variant = Variant()) -> list[tuple[dict, dict]]:
+          others: list[Shape], variant: Variant = Variant(), batch_count: int = 1) -> list[tuple[dict, dict]]:
     """(params, {"seeded_from": "<kernel> at <shape>"}) for the winners at the nearest of ``others``
     (nearest first; the first SEEDS distinct kernels in ``space``) that ``shape``'s study does not
-    have yet; studies of ``variant``, whose winners compute it."""
-    name = study_name(space.family, precision, arch.name, [shape], variant)
+    have yet; studies of ``variant`` (and ``batch_count``, where it is batched), whose winners compute it."""
+    name = study_name(space.family, precision, arch.name, [shape], variant, batch_count)
     have = [t.system_attrs.get("fixed_params", t.params) for t in studies.trials(name)]
     kernels, out = set(), []
     for other in sorted((o for o in others if o != shape), key=lambda o: shape_distance(shape, o)):
         if len(kernels) == SEEDS:
             break
-        win = studies.winner(study_name(space.family, precision, arch.name, [other], variant))
+        win = studies.winner(study_name(space.family, precision, arch.name, [other], variant, batch_count))
         if win is None or win.params is None or win.kernel in kernels or not (
                 win.params.keys() == space.params.keys() and all(v in space.params[k] for k, v in win.params.items())):
             continue  # none, already counted, or not in the space (the space's file changed since)
@@ -183,7 +184,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
         space = load_space(family)
         for entry in order:
             shape = entry.shape
-            name = study_name(family, precision, arch.name, [shape], base.variant)
+            name = study_name(family, precision, arch.name, [shape], base.variant, base.batch_count)
             where = f"[{len(results) + 1}/{total}] {family} {precision}{base.variant.suffix} {shape}" + \
                 (f" ({entry.label})" if entry.label else "")
             done = studies.finished(name)
@@ -193,7 +194,8 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
                 note = "skipped"
                 log(f"{where}: skipped: study {name} has {done} finished trials (--trials {base.trials})")
             else:
-                first = seeds(studies, space, precision, arch, shape, workload.shapes, base.variant)
+                first = seeds(studies, space, precision, arch, shape, workload.shapes, base.variant,
+                              base.batch_count)
                 log(f"{where}: {base.trials - done} trials" + (f" (study {name} has {done})" if done else "") +
                     (f"; first {len(first)} winners at other shapes: " +
                      ", ".join(a["seeded_from"] for _, a in first) if first else ""))
