@@ -13,7 +13,8 @@ that one, ``gemm(x, w, bias=b)`` is ``F.gelu(F.linear(x, w, b), approximate="tan
 with w of shape (N, K) as nn.Linear keeps it.
 
 :func:`load` takes an emitted file or a library built from one (a dispatcher too: it exports the
-same functions) and returns a :class:`GemmOp`, which calls the launcher through
+same functions) and returns a :class:`GemmOp` (a :class:`BatchedGemmOp`, taking 3-D tensors, for a
+batched launcher: ``gemmgen emit ... --batch-mode strided``), which calls the launcher through
 :class:`gemmgen.runtime.Launcher` on the current torch stream of A's device. The rules it checks
 tensors by, and their messages, are in :mod:`gemmgen.torch_checks` (importable without torch).
 
@@ -31,10 +32,10 @@ from gemmgen.build import DEFAULT_FLAGS, build_library
 from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.problem import Variant
 from gemmgen.runtime import Launcher
-from gemmgen.torch_checks import (Operand, TensorError, build_target, check_call, dtype_for, out_dtype,
-                                  source_target)
+from gemmgen.torch_checks import (Operand, TensorError, build_target, check_batched_call, check_call, dtype_for,
+                                  out_dtype, source_target)
 
-__all__ = ["BuildFailed", "GemmOp", "TensorError", "load"]
+__all__ = ["BatchedGemmOp", "BuildFailed", "GemmOp", "TensorError", "load"]
 
 DEFAULT_LAUNCHER = "gemmgen_gemm"
 _PLANS_KEPT = 256  # launches whose host work a GemmOp keeps, for calls that repeat them
@@ -85,15 +86,17 @@ class GemmOp:
     the library.
     """
 
+    _batched_abi = False  # the launcher ABI this class calls: one product per launch
+
     def __init__(self, launcher: Launcher, path: str | Path):
         self.launcher = launcher
         self.path = Path(path)
         self.precision = launcher.precision
         self.variant: Variant = launcher.variant
-        if self.variant.batched:
-            raise TensorError(f"{self.path} is a batched launcher (variant {self.variant.text}): gemmgen.torch calls "
-                              "one product per launch; 3-D tensors are not taken yet (call its launcher through "
-                              "gemmgen.runtime.Launcher with batch= and strides=)")
+        if self.variant.batched != self._batched_abi:  # load() picks the class by the launcher's variant
+            raise TensorError(f"{self.path}'s launcher (variant {self.variant.text}) is "
+                              f"{'' if self.variant.batched else 'not '}batched: wrap it with "
+                              f"{'BatchedGemmOp' if self.variant.batched else 'GemmOp'} (gemmgen.torch.load picks)")
         self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
         self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
         self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first
@@ -154,8 +157,8 @@ class GemmOp:
         if not self.variant.has_epilogue:
             return out.zero_() if beta == 0 else out.mul_(beta)
         x = out.float() * beta if beta != 0 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
-        if bias is not None:
-            x += bias.float()[None, :] if self.variant.bias == "col" else bias.float()[:, None]
+        if bias is not None:  # a vector (or, batched, a vector per matrix) along C's rows or columns
+            x += bias.float().unsqueeze(-2) if self.variant.bias == "col" else bias.float().unsqueeze(-1)
         act = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
                "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[self.variant.act]
         return out.copy_(act(x))
@@ -212,11 +215,16 @@ class GemmOp:
         plan = plans.get(key)
         if plan is None:
             *problem, bias = args
-            plan = self.launcher.plan(*problem, stream, bias=bias)
-            if len(plans) >= _PLANS_KEPT:
-                plans.pop(next(iter(plans))).close()
-            plans[key] = plan
+            plan = self._keep(plans, key, self.launcher.plan(*problem, stream, bias=bias))
         plan.run()
+
+    @staticmethod
+    def _keep(plans: dict, key: tuple, plan):
+        """Keep ``plan`` under ``key`` in a thread's ``plans`` (the oldest closed past _PLANS_KEPT)."""
+        if len(plans) >= _PLANS_KEPT:
+            plans.pop(next(iter(plans))).close()
+        plans[key] = plan
+        return plan
 
     def _plans(self) -> dict:
         """This thread's launch plans (made on first use)."""
@@ -236,6 +244,54 @@ class GemmOp:
         stream-K flags, packed operands); it waits for each such device's work first. The next
         call allocates again."""
         self.launcher.release()
+
+
+class BatchedGemmOp(GemmOp):
+    """A loaded batched launcher (variant batch=strided): ``op(a, b)`` is ``torch.bmm(a, b)``
+    through one launch of the gemmgen kernel, in its problem variant (layouts, C's type, bias,
+    activation) as GemmOp's; ``load`` returns one for a batched library."""
+
+    _batched_abi = True
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``out[i] = act(alpha * op(a[i]) @ op(b[i]) + beta * out[i] + bias[i])`` for every i of
+        the batch, in one launch; returns ``out``.
+
+        a: (batch, M, K), or (batch, K, M) for trans tn/tt; b: (batch, K, N), or (batch, N, K)
+        for nt/tt; tensors of ``self.dtype`` on one CUDA device whose matrices are contiguous
+        row-major, the batch stride any (``x.expand(batch, -1, -1)``: one matrix for all). out:
+        (batch, M, N) of ``self.out_dtype``, each matrix contiguous and the batch stride at least
+        M * N, sharing no memory with a, b or bias; None: a new contiguous one (then beta must
+        be 0). bias, for a variant that adds one: (batch, N) (bias=col; (batch, M) for row), a
+        vector per product, or (N,) / (M,), one for all. The rest (stream, alpha and beta, the
+        empty cases: batch, M or N == 0 returns out as it is, K == 0 as GemmOp) is GemmOp's.
+        The rules and their messages are gemmgen.torch_checks.check_batched_call's (TensorError,
+        before any work is queued); ShapeRefused and LaunchFailed as GemmOp."""
+        ops = _operand("a", a), _operand("b", b), None if out is None else _operand("out", out)
+        batch, m, n, k, strides = check_batched_call(self.precision, *ops, beta, self.variant,
+                                                     None if bias is None else _operand("bias", bias))
+        if out is None:
+            out = torch.empty((batch, m, n), dtype=self.out_dtype, device=a.device)
+        if batch == 0 or m == 0 or n == 0:
+            return out
+        if k == 0:
+            return self._no_product(out, beta, bias)
+        index = a.get_device()
+        key = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+               None if bias is None else bias.data_ptr(), batch, strides)
+        with torch.cuda.device(index):
+            stream = _current_stream(index)
+            plans = self._plans()
+            plan = plans.get((*key, stream))
+            if plan is None:
+                *problem, bias_at, batch, strides = key
+                plan = self._keep(plans, (*key, stream), self.launcher.plan(*problem, stream, bias=bias_at,
+                                                                            batch=batch, strides=strides))
+            plan.run()
+        return out
+
+    mm = bmm = __call__
 
 
 def load(path: str | Path, *, gpu: str | None = None, launcher: str = DEFAULT_LAUNCHER) -> GemmOp:
@@ -268,4 +324,5 @@ def load(path: str | Path, *, gpu: str | None = None, launcher: str = DEFAULT_LA
         if not result.ok:
             raise BuildFailed(f"nvcc could not build {path} for {arch.name}:\n{result.log}")
         library = result.library
-    return GemmOp(Launcher(library, launcher), library)
+    loaded = Launcher(library, launcher)
+    return (BatchedGemmOp if loaded.variant.batched else GemmOp)(loaded, library)

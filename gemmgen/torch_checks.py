@@ -125,12 +125,18 @@ def check_input(name: str, t: Operand, precision: str) -> None:
     needing grad."""
     if len(t.shape) != 2:
         raise TensorError(f"{name} must be a 2-D matrix; it has {len(t.shape)} dimension(s) (shape {tuple(t.shape)})")
+    _check_operand(name, t, precision, _check_row_major)
+
+
+def _check_operand(name: str, t: Operand, precision: str, check_layout) -> None:
+    """A or B, of one product or a batch, past its rank: the precision's dtype, dense CUDA, no
+    grad, laid out as ``check_layout`` wants."""
     want = dtype_for(precision)
     if t.dtype != want:
         raise TensorError(f"{name} is {t.dtype}, but this kernel's precision is {precision}, which takes {want}: "
                           f"convert it with {name}.to({want})")
     _check_dense_cuda(name, t)
-    _check_row_major(name, t)
+    check_layout(name, t)
 
 
 def _overlaps(x: Operand, y: Operand) -> bool:
@@ -147,16 +153,23 @@ def check_out(out: Operand, m: int, n: int, a: Operand, b: Operand, variant: Var
     """Raise TensorError unless ``out`` can be C of M x N for A and B: a dense CUDA tensor of
     C's dtype for ``variant`` (:func:`out_dtype`) of shape (M, N), contiguous row-major, on A's
     device, sharing no byte with A or B."""
-    if tuple(out.shape) != (m, n):
-        raise TensorError(f"out must be {m} x {n} ({_MN_OF[variant.trans]}); it has shape {tuple(out.shape)}")
+    _check_c(out, (m, n), f"{m} x {n} ({_MN_OF[variant.trans]})", a, b, variant, _check_row_major)
+
+
+def _check_c(out: Operand, shape: tuple[int, ...], what: str, a: Operand, b: Operand, variant: Variant,
+             check_layout) -> None:
+    """C's rules, of one product or a batch: ``shape`` (``what`` says it in the message), C's
+    dtype, dense CUDA on a's device, laid out as ``check_layout`` wants, apart from A and B."""
+    if tuple(out.shape) != shape:
+        raise TensorError(f"out must be {what}; it has shape {tuple(out.shape)}")
     want = out_dtype(variant)
     if out.dtype != want:
         raise TensorError(f"out is {out.dtype}; this kernel writes C in {want} (out={variant.out}): make it with "
-                          f"torch.empty({m}, {n}, dtype={want}, device=a.device)")
+                          f"torch.empty({', '.join(map(str, shape))}, dtype={want}, device=a.device)")
     _check_dense_cuda("out", out)
     if out.device != a.device:
         raise TensorError(f"out is on {out.device} and a on {a.device}; put them on one device")
-    _check_row_major("out", out)
+    check_layout("out", out)
     for name, t in (("a", a), ("b", b)):
         if _overlaps(out, t):
             raise TensorError(f"out overlaps {name} in memory; C is written while A and B are read: "
@@ -237,6 +250,104 @@ def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta
         check_out(out, m, n, a, b, variant)
     check_bias(bias, m, n, a, out, variant)
     return m, n, k
+
+
+# ---- a batched launcher (batch=strided): 3-D tensors, one matrix per index of the first dimension ----
+
+_STORED = {"a": ("M, K", "K, M"), "b": ("K, N", "N, K")}  # a batch's shape as stored, by the operand's layout
+
+
+def _check_batch_input(name: str, t: Operand, precision: str, transposed: bool) -> None:
+    """Raise TensorError unless ``t`` can be a batched launcher's A or B: a dense 3-D CUDA
+    tensor of the precision's dtype whose matrices (the last two dimensions) are contiguous
+    row-major; the batch stride is free (0 from expand: one matrix for every product)."""
+    stored = _STORED[name][transposed]
+    if len(t.shape) != 3:
+        raise TensorError(f"{name} must be a 3-D batch (batch, {stored}) for this batched kernel; it has "
+                          f"{len(t.shape)} dimension(s) (shape {tuple(t.shape)}): for one matrix pass "
+                          f"{name}.unsqueeze(0), or {name}.expand(batch, -1, -1) to share it")
+    _check_operand(name, t, precision, _check_matrices)
+
+
+def _check_matrices(name: str, t: Operand) -> None:
+    """Each matrix of the batch ``t`` (its last two dimensions) contiguous row-major."""
+    if not is_row_major(t.shape[1:], t.stride[1:]):
+        raise TensorError(f"{name}'s matrices are not contiguous row-major: shape {tuple(t.shape)} with strides "
+                          f"{tuple(t.stride)}, where each matrix needs strides {row_major_strides(t.shape[1:])} "
+                          f"after the batch's (any); pass {name}.contiguous()")
+
+
+def _batch_stride(t: Operand) -> int:
+    """The elements between consecutive matrices (or vectors) of ``t``: 0 where it has one."""
+    return t.stride[0] if t.shape[0] > 1 else 0
+
+
+def check_batched_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta: float, variant: Variant,
+                       bias: Operand | None = None) -> tuple[int, int, int, int, tuple[int, int, int, int]]:
+    """Check the operands of a batched launcher (``variant.batch == "strided"``) of ``precision``:
+    C[i] = act(alpha * A[i] @ B[i] + beta * C[i] + bias[i]) for every i < batch; return
+    (batch, M, N, K, (stride_a, stride_b, stride_c, stride_bias)), strides in elements as the
+    launcher takes them.
+
+    a: (batch, M, K), or (batch, K, M) for trans tn/tt; b: (batch, K, N), or (batch, N, K) for
+    nt/tt; each matrix contiguous row-major, the batch stride any (0: one matrix for all, as
+    expand gives). out: None (gemmgen.torch allocates (batch, M, N), which needs beta == 0), or
+    (batch, M, N) of C's dtype, each matrix contiguous row-major and apart from the next (batch
+    stride >= M * N), on a's device, sharing no byte with a, b or the bias. bias (a variant that
+    adds one): (batch, N) or (batch, M) for bias=row, each vector contiguous, or one vector (N,)
+    or (M,) for every product (stride 0). Batch, M, N and K are each at most 2^31 - 1.
+
+    Raises TensorError for the first rule broken (one message, naming the tensor and the fix)."""
+    _check_batch_input("a", a, precision, variant.a_transposed)
+    _check_batch_input("b", b, precision, variant.b_transposed)
+    if a.device != b.device:
+        raise TensorError(f"a is on {a.device} and b on {b.device}; put both on one device")
+    if a.shape[0] != b.shape[0]:
+        raise TensorError(f"a holds {a.shape[0]} matrices and b {b.shape[0]}; give both the same batch (expand the "
+                          "one shared: b.expand(batch, -1, -1))")
+    batch = a.shape[0]
+    (m, k) = reversed(a.shape[1:]) if variant.a_transposed else a.shape[1:]
+    (k_b, n) = reversed(b.shape[1:]) if variant.b_transposed else b.shape[1:]
+    if k != k_b:
+        raise TensorError(f"a is a batch of ({', '.join(map(str, a.shape[1:]))}) ({_STORED['a'][variant.a_transposed]}) "
+                          f"and b of ({', '.join(map(str, b.shape[1:]))}) ({_STORED['b'][variant.b_transposed]}) for "
+                          f"trans={variant.trans}: their K sides ({k} and {k_b}) must be equal")
+    for dim, size in (("batch", batch), ("M", m), ("N", n), ("K", k)):
+        if size > INT_MAX:
+            raise TensorError(f"{dim}={size} is larger than the launcher's int takes ({INT_MAX}); split the product")
+    stride_c = m * n
+    if out is None:
+        if beta != 0:
+            raise TensorError(f"beta={beta!r} adds beta * out to the product, and no out was given: pass out "
+                              f"({variant.out}, batch x M x N), or beta=0")
+    else:
+        _check_c(out, (batch, m, n), f"({batch}, {m}, {n}) (batch, M, N)", a, b, variant, _check_matrices)
+        stride_c = _batch_stride(out) if batch > 1 else m * n
+        if batch > 1 and stride_c < m * n:
+            raise TensorError(f"out's matrices overlap: its batch stride is {stride_c} elements, and each matrix of C "
+                              f"holds M * N = {m * n}; pass an out whose matrices lie apart (torch.empty(batch, M, N))")
+    return batch, m, n, k, (_batch_stride(a), _batch_stride(b), stride_c,
+                            _check_batch_bias(bias, batch, m, n, a, out, variant))
+
+
+def _check_batch_bias(bias: Operand | None, batch: int, m: int, n: int, a: Operand, out: Operand | None,
+                      variant: Variant) -> int:
+    """check_bias for a batch: one vector for every product (its rules, stride 0) or a
+    (batch, count) tensor of contiguous vectors; returns the bias's batch stride."""
+    if bias is None or len(bias.shape) != 2:
+        check_bias(bias, m, n, a, out, variant)
+        return 0
+    if variant.bias == "none":
+        check_bias(bias, m, n, a, out, variant)  # refuses it
+    count = n if variant.bias == "col" else m
+    if tuple(bias.shape) != (batch, count):
+        raise TensorError(f"bias must have shape ({batch}, {count}) (a vector per product, bias={variant.bias}) or "
+                          f"({count},) (one for every product); it has shape {tuple(bias.shape)}")
+    check_bias(Operand((count,), bias.stride[1:], bias.dtype, bias.device, bias.address, bias.itemsize, bias.layout,
+                       bias.needs_grad), m, n, a, None, variant)  # each vector as one product's bias
+    if out is not None and _overlaps(out, bias):
+        raise TensorError("out overlaps bias in memory; C is written while the bias is read: pass an out of its own")
+    return _batch_stride(bias)
 
 
 _TARGET_LINE = re.compile(r"^// target\s*:\s*(\S+)", re.MULTILINE)

@@ -283,3 +283,71 @@ def test_the_bias_is_what_the_variant_adds():
         check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x300000 + 100 * 32 * 2 - 2))
     # the bias may share memory with A or B (all are read)
     assert check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x200000)) == (100, 32, 64)
+
+
+# ---- a batched launcher: 3-D tensors ----
+
+BATCHED = Variant(batch="strided")
+
+
+def test_a_batched_call_gives_the_batch_shape_and_the_launchers_strides():
+    from gemmgen.torch_checks import check_batched_call
+
+    a, b = mat((4, 10, 6), address=0x100000), mat((4, 6, 8), address=0x200000)
+    assert check_batched_call("fp16", a, b, None, 0.0, BATCHED) == (4, 10, 8, 6, (60, 48, 80, 0))
+    # expand: stride 0 for a shared matrix; a padded out (batch stride 96 >= M * N = 80)
+    shared = mat((4, 6, 8), address=0x200000, stride=(0, 8, 1))
+    out = mat((4, 10, 8), "torch.float32", address=0x300000, stride=(96, 8, 1))
+    assert check_batched_call("fp16", a, shared, out, 1.0, BATCHED) == (4, 10, 8, 6, (60, 0, 96, 0))
+    # trans tt: a (batch, K, M), b (batch, N, K); a bias per product or one for all
+    col = Variant("tt", bias="col", batch="strided")
+    at, bt = mat((3, 6, 10), address=0x100000), mat((3, 8, 6), address=0x200000)
+    assert check_batched_call("fp16", at, bt, None, 0.0, col, mat((3, 8), "torch.float32", address=0x400000)) == \
+        (3, 10, 8, 6, (60, 48, 80, 8))
+    assert check_batched_call("fp16", at, bt, None, 0.0, col, mat((8,), "torch.float32", address=0x400000))[4][3] == 0
+    # one matrix in the batch: its batch stride is free
+    one = mat((1, 10, 6), address=0x100000, stride=(7, 6, 1))
+    assert check_batched_call("fp16", one, mat((1, 6, 8), address=0x200000), None, 0.0, BATCHED)[4][0] == 0
+
+
+def test_a_batched_call_refuses_in_one_message():
+    from gemmgen.torch_checks import check_batched_call
+
+    a, b = mat((4, 10, 6), address=0x100000), mat((4, 6, 8), address=0x200000)
+    row = Variant(bias="row", batch="strided")
+    cases = [
+        ((A, b, None, 0.0, BATCHED), "a must be a 3-D batch (batch, M, K) for this batched kernel; it has 2 "
+                                     "dimension(s) (shape (100, 64)): for one matrix pass a.unsqueeze(0), or "
+                                     "a.expand(batch, -1, -1) to share it"),
+        ((a, mat((4, 8, 6), address=0x200000), None, 0.0, Variant("nt", batch="strided")), None),
+        ((a, mat((3, 6, 8), address=0x200000), None, 0.0, BATCHED),
+         "a holds 4 matrices and b 3; give both the same batch (expand the one shared: b.expand(batch, -1, -1))"),
+        ((a, mat((4, 7, 8), address=0x200000), None, 0.0, BATCHED),
+         "a is a batch of (10, 6) (M, K) and b of (7, 8) (K, N) for trans=nn: their K sides (6 and 7) must be equal"),
+        ((mat((4, 10, 6), address=0x100000, stride=(60, 1, 10)), b, None, 0.0, BATCHED),
+         "a's matrices are not contiguous row-major: shape (4, 10, 6) with strides (60, 1, 10), where each matrix "
+         "needs strides (6, 1) after the batch's (any); pass a.contiguous()"),
+        ((a, b, None, 0.5, BATCHED), "beta=0.5 adds beta * out to the product, and no out was given: pass out (fp32, "
+                                     "batch x M x N), or beta=0"),
+        ((a, b, mat((4, 8, 10), "torch.float32", address=0x300000), 0.0, BATCHED),
+         "out must be (4, 10, 8) (batch, M, N); it has shape (4, 8, 10)"),
+        ((a, b, mat((4, 10, 8), "torch.float32", address=0x300000, stride=(40, 8, 1)), 0.0, BATCHED),
+         "out's matrices overlap: its batch stride is 40 elements, and each matrix of C holds M * N = 80; pass an "
+         "out whose matrices lie apart (torch.empty(batch, M, N))"),
+        ((a, b, mat((4, 10, 8), "torch.float32", address=0x100000 + 8), 0.0, BATCHED),
+         "out overlaps a in memory; C is written while A and B are read: pass an out of its own"),
+        ((a, b, None, 0.0, row, mat((4, 8), "torch.float32", address=0x400000)),
+         "bias must have shape (4, 10) (a vector per product, bias=row) or (10,) (one for every product); it has "
+         "shape (4, 8)"),
+        ((a, b, None, 0.0, row, None), "this kernel adds a bias (variant nn fp32 row none strided): pass bias=, a "
+                                       "tensor of shape (10,) (M values, one per row of C) of torch.float32"),
+        ((a, b, None, 0.0, row, mat((4, 10), "torch.float32", address=0x400000, stride=(10, 2))),
+         "bias is not contiguous row-major: shape (10,) with strides (2,), where row-major has (1,); pass "
+         "bias.contiguous() (gemmgen does not copy it for you)"),
+    ]
+    for args, message in cases:
+        if message is None:
+            assert check_batched_call("fp16", *args)[:4] == (4, 10, 8, 6)  # nt: b is (batch, N, K)
+            continue
+        with refused(message):
+            check_batched_call("fp16", *args)
