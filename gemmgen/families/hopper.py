@@ -73,9 +73,10 @@ per unit of any matrix) and ping-pong take as they take the units of one product
 over A, B and C are 3-D, the matrix outermost with its stride (16-byte multiples), and each load
 and store adds its matrix's coordinate; an operand every matrix shares (stride 0) has a map of one
 matrix, read at coordinate 0. The direct and swap-AB stores and the bias address matrix b's C and
-bias vector. A or B whose stride TMA cannot take (not a multiple of 16 bytes, or less than one
-matrix) is packed per matrix like a misaligned one; C whose stride is not 16-byte multiples is
-stored directly (the kernel's and the launcher's one rule, gg_tma_stores_c).
+bias vector. A or B whose stride TMA cannot take (not a multiple of 16 bytes) is packed per matrix
+like a misaligned one (once where its stride is 0); strides smaller than a matrix (operands that
+overlap) are read in place, as the driver encodes them. C whose stride is not 16-byte multiples
+is stored directly (the kernel's and the launcher's one rule, gg_tma_stores_c).
 
 Where the rows of A or B as stored are not 16-byte aligned (rows of K, N or, for A stored K x M,
 M elements that are not a multiple of 16 bytes, or a misaligned pointer), the launch packs that
