@@ -14,7 +14,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import (ACTIVATIONS, BATCH_NOT_MEASURED, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
+from gemmgen.problem import (ACTIVATIONS, BATCH_NOT_DISPATCHED, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
                              split_variant)
 
 #: The option of each variant key where it is not --<key>: --batch is the batch count (a number)
@@ -282,9 +282,6 @@ def cmd_emit(args: argparse.Namespace) -> int:
                                    "gemmgen emit --dispatch --shape S1 --shape S2 ...")
         args.shape = args.shape[0] if args.shape else None
         config = select_config(args)
-        if args.harness and config.variant.batched:
-            raise InvalidParameter("--harness does not check batch=strided yet (its main() runs one product); emit "
-                                   "the batched kernel without it and call its launcher (docs/problems.md)")
         source = render_kernel(config, harness=args.harness)
     if args.output:
         try:
@@ -317,7 +314,7 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
         variant = workload.variant_with(variant_options(args))
         shapes = workload.shapes
         if variant.batched:
-            raise InvalidParameter(f"--dispatch: {BATCH_NOT_MEASURED}; nothing batched is stored to choose from")
+            raise InvalidParameter(f"--dispatch: {BATCH_NOT_DISPATCHED}")
         precision = args.precision or (workload.precisions[0] if len(workload.precisions) == 1 else None)
         if precision is None or precision not in workload.precisions:
             raise InvalidParameter(f"--dispatch --workload {args.workload}: give --precision, one of the workload's "
@@ -325,7 +322,7 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     else:
         variant = asked_variant(args)
         if variant.batched:
-            raise InvalidParameter(f"--dispatch: {BATCH_NOT_MEASURED}; nothing batched is stored to choose from")
+            raise InvalidParameter(f"--dispatch: {BATCH_NOT_DISPATCHED}")
         shapes = [parse_shape(s) for s in args.shape]
         precision = args.precision
         if not precision:

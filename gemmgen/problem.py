@@ -196,10 +196,9 @@ VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))
                    f"(?:_(?P<batch>batched))?")
 
 
-#: Why the measuring commands (bench, tune) and the float64 checks behind them refuse batch=strided:
-#: one place, so every refusal says the same (exit 2 on the command line).
-BATCH_NOT_MEASURED = ("batch=strided is not measured yet: bench and tune time one product per launch (emit a batched "
-                      "kernel and call its launcher; the GPU tests check it against float64, tests/test_gpu_batched.py)")
+#: Why emit --dispatch refuses batch=strided: one place, so every refusal says the same (exit 2).
+BATCH_NOT_DISPATCHED = ("batch=strided is not dispatched yet: a dispatcher's launcher has the one-product signature "
+                        "(emit the best batched kernel alone: gemmgen best / emit best with --batch-mode strided)")
 
 
 def named_variant_keys(fields: dict) -> dict[str, str]:

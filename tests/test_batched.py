@@ -151,8 +151,6 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
     (["bench", "v4", "--batch", "4", "--batch-mode", "none"], "cannot go with --batch-mode none"),
     (["tune", "--family", "mma", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
      "give --batch N, the products per launch"),
-    (["emit", "--family", "mma", "--set", "batch=strided", "--gpu", "sm_90", "--harness"],
-     "--harness does not check batch=strided yet"),
     (["emit", "--family", "wmma", "--batch-mode", "strided", "--gpu", "sm_90"],
      "family wmma computes one product per launch (batch=none only), not batch=strided"),
     (["emit", "--family", "naive", "--set", "batch=strided", "--gpu", "sm_90"],
@@ -160,7 +158,7 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
     (["emit", "--family", "mma", "--set", "batch=strided", "--batch-mode", "none", "--gpu", "sm_90"],
      "--set gives batch=strided and --batch-mode gives none; give batch once"),
     (["emit", "--dispatch", "--shape", "64", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
-     "--dispatch: batch=strided is not measured yet"),
+     "--dispatch: batch=strided is not dispatched yet"),
 ])
 def test_what_is_not_batched_yet_is_refused_in_one_line_with_exit_2(argv, message, capsys):
     from gemmgen.cli import main

@@ -4,8 +4,8 @@ each emitted library called many times in one process over odd shapes (1x1x1, 17
 and stride 0 (one A, B or bias for the whole batch), every layout, fp16/bf16 C, bias and
 activation, split-K, misaligned pointers and beta = 0 into a NaN-poisoned C: every matrix of the
 batch against its float64 reference, and the padding between C's matrices untouched. Also
-batch = 0 (nothing written) and the launcher's refusals. (`bench --batch` against
-cublasGemmStridedBatchedEx is not there yet: bench refuses batch=strided, tests/test_batched.py.)"""
+batch = 0 (nothing written) and the launcher's refusals. (`bench --batch` against the
+batched cuBLAS baselines: tests/test_gpu_measure_batched.py.)"""
 
 import random
 

@@ -51,12 +51,20 @@ def _planted(label: str, arch):
     if label == "bias_from_c0":  # the checked launch adds C0's first row instead of the bias
         source = render_kernel(point_config("hopper_nt_obf16_bcol_gelu", arch), harness=True)
         return _replaced(source, "beta, dC, dBias, 0)", "beta, dC, dC0, 0)"), (64, 48, 8)
+    if label == "batch_2_left_unwritten":  # the launch computes 2 of the batch of 3: matrix 2 stays NaN (or C0)
+        source = render_kernel(point_config("mma_batched_nt_obf16_bcol_gelu_k2", arch), harness=True)
+        return _replaced(source, "GEMMGEN_LAUNCHER(M, N, K, batch, ", "GEMMGEN_LAUNCHER(M, N, K, batch - 1, "), \
+            (64, 48, 8)
+    if label == "batch_b_stride_0":  # every product reads matrix 0 of B: matrix 1 is the first wrong one
+        source = render_kernel(point_config("warp_batched_tt_brow", arch), harness=True)
+        return _replaced(source, "dB_all, (long long)kn, beta", "dB_all, 0LL, beta"), (64, 48, 8)
     raise KeyError(label)
 
 
 # a planted bug -> the family of its program's kernel
 PLANTED = {"gelu_judged_as_silu": "hopper", "row_bias_judged_as_col": "hopper", "a_tn_judged_as_nn": "mma",
-           "b_tt_judged_as_tn": "warp", "alpha_off_by_1e-4": "warp", "bias_from_c0": "hopper"}
+           "b_tt_judged_as_tn": "warp", "alpha_off_by_1e-4": "warp", "bias_from_c0": "hopper",
+           "batch_2_left_unwritten": "mma", "batch_b_stride_0": "warp"}
 
 
 @pytest.fixture(scope="module")
@@ -128,4 +136,6 @@ def test_a_planted_bug_fails_the_harness(programs, label):
     assert proc.returncode == 1, f"{label} at {shape} (exit {proc.returncode}):\n{report}"
     checks = [line for line in proc.stdout.splitlines() if line.startswith("check alpha=")]
     assert len(checks) == len(verify.CHECKS) and checks[0].endswith("FAIL"), report
+    if label.startswith("batch_"):  # the failing matrix is named
+        assert f" matrix {2 if label == 'batch_2_left_unwritten' else 1} of 3: " in checks[0], report
     assert any(line.startswith("RESULT ") and " FAIL " in line for line in proc.stdout.splitlines()), report

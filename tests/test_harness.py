@@ -37,6 +37,10 @@ POINTS = {
     "warp_tt": ("warp", "fp32", {"trans": "tt"}),
     "warp_nt": ("warp", "fp32", {"trans": "nt"}),
     "warp_tn_bcol_silu": ("warp", "fp32", {"trans": "tn", "bias": "col", "act": "silu"}),
+    # a strided batch (./gemm M N K runs [batch], 3 by default): every matrix checked
+    "mma_batched_nt_obf16_bcol_gelu_k2": ("mma", "bf16", {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu",
+                                                          "split_k": 2, "batch": "strided"}),
+    "warp_batched_tt_brow": ("warp", "fp32", {"trans": "tt", "bias": "row", "batch": "strided"}),
 }
 # dispatchers of a variant: label -> (the kernels' canonical names, one shape each serves)
 DISPATCHERS = {
