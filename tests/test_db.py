@@ -442,7 +442,7 @@ def test_a_database_of_a_newer_schema_is_refused_naming_both_versions(tmp_path):
     with sqlite3.connect(path) as c:
         c.execute("UPDATE schema_version SET version = 7")
     for create in (True, False):
-        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 3: "
+        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 4: "
                                                r"upgrade gemmgen"):
             ResultsDB(f"sqlite:///{path}", create=create)
 
