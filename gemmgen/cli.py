@@ -14,7 +14,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import (ACTIVATIONS, BATCH_NOT_DISPATCHED, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
+from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
                              split_variant)
 
 #: The option of each variant key where it is not --<key>: --batch is the batch count (a number)
@@ -305,7 +305,7 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
 
     if args.point or args.set:
         raise InvalidParameter("--dispatch takes its kernels from the results database: give no point and no --set "
-                               "(--trans, --out, --bias and --act choose the variant)")
+                               "(--trans, --out, --bias, --act and --batch-mode choose the variant)")
     if bool(args.workload) == bool(args.shape):
         raise InvalidParameter("--dispatch needs the shapes to serve: --workload FILE or --shape MxNxK (repeatable), "
                                "not both")
@@ -313,16 +313,12 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
         workload = load_workload(args.workload)
         variant = workload.variant_with(variant_options(args))
         shapes = workload.shapes
-        if variant.batched:
-            raise InvalidParameter(f"--dispatch: {BATCH_NOT_DISPATCHED}")
         precision = args.precision or (workload.precisions[0] if len(workload.precisions) == 1 else None)
         if precision is None or precision not in workload.precisions:
             raise InvalidParameter(f"--dispatch --workload {args.workload}: give --precision, one of the workload's "
                                    f"{', '.join(workload.precisions)} (a dispatcher serves one precision)")
     else:
         variant = asked_variant(args)
-        if variant.batched:
-            raise InvalidParameter(f"--dispatch: {BATCH_NOT_DISPATCHED}")
         shapes = [parse_shape(s) for s in args.shape]
         precision = args.precision
         if not precision:

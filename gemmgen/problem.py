@@ -196,11 +196,6 @@ VARIANT_PATTERN = (f"(?:_(?P<trans>{'|'.join(l for l in LAYOUTS if l != 'nn')}))
                    f"(?:_(?P<batch>batched))?")
 
 
-#: Why emit --dispatch refuses batch=strided: one place, so every refusal says the same (exit 2).
-BATCH_NOT_DISPATCHED = ("batch=strided is not dispatched yet: a dispatcher's launcher has the one-product signature "
-                        "(emit the best batched kernel alone: gemmgen best / emit best with --batch-mode strided)")
-
-
 def named_variant_keys(fields: dict) -> dict[str, str]:
     """The variant keys a match of VARIANT_PATTERN found (its groupdict; other groups are left
     out), with the values Variant takes: the name's ``_batched`` is ``batch="strided"``."""

@@ -157,8 +157,6 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
      "family naive computes one product per launch"),
     (["emit", "--family", "mma", "--set", "batch=strided", "--batch-mode", "none", "--gpu", "sm_90"],
      "--set gives batch=strided and --batch-mode gives none; give batch once"),
-    (["emit", "--dispatch", "--shape", "64", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
-     "--dispatch: batch=strided is not dispatched yet"),
 ])
 def test_what_is_not_batched_yet_is_refused_in_one_line_with_exit_2(argv, message, capsys):
     from gemmgen.cli import main

@@ -18,7 +18,7 @@ from gemmgen.dispatch.select import DispatchPlan, plan_dispatch
 from gemmgen.errors import GemmgenError
 from gemmgen.points import resolve_point
 from gemmgen.problem import Shape, Variant
-from gemmgen.runtime import Launcher
+from gemmgen.runtime import Launcher, ShapeRefused
 
 SM90 = parse_arch("sm_90")
 BIG, MID, THIN = "hopper_128x256_c2_s4_g8_ov_fp16", "hopper_64x128_c1_s8_g4_fp16", "hopper_32x64_c1_s8_sw_fp16"
@@ -242,3 +242,108 @@ def test_emit_dispatch_of_a_variant_from_the_cli(capsys, tmp_path):
     assert main([*argv[:-2], "--act", "relu", "--db", url]) == 2
     assert "no verified bf16 (nt bf16 col relu) kernel stored for sm_90" in capsys.readouterr().err
     assert main([*argv, "--harness"]) == 0  # what the harness then checks: tests/test_harness.py
+
+
+# ---- a dispatcher of a strided batch (batch=strided) ----
+
+BATCHED = Variant("nt", "fp16", "col", "gelu", "strided")
+B_BIG = "mma_128x128x32_w2x2_s3_f2_fp16_nt_ofp16_bcol_gelu_batched"  # batch <= 65535 (grid z)
+B_THIN = "mma_32x64x32_w1x2_s3_f2_k4_fp16_nt_ofp16_bcol_gelu_batched"  # split-K 4: batch <= 16383
+# a batched kernel's ABI: the batch count after K, a stride after A, B, C and the bias (nvcc checks it)
+BATCHED_ABI = """
+static cudaError_t (*const gg_abi_launch)(int, int, int, int, float, const __half*, long long, const __half*, long long,
+                                          float, __half*, long long, const __half*, long long, cudaStream_t) = gemmgen_gemm;
+static cudaError_t (*const gg_abi_plan)(void**, int, int, int, int, float, const __half*, long long, const __half*,
+                                        long long, float, __half*, long long, const __half*, long long,
+                                        cudaStream_t) = gemmgen_gemm_plan;
+static const char* (*const gg_abi_describe)(int, int, int, int, const __half*, long long, const __half*, long long,
+                                            float, const __half*, long long, int,
+                                            gemmgen_launch_info*) = gemmgen_gemm_describe;
+extern "C" void* gg_abi_keep[] = {(void*)gg_abi_launch, (void*)gg_abi_plan, (void*)gg_abi_describe};
+"""
+
+
+def _stored_batched(tmp_path):
+    """Batched fp16 kernels (nt, fp16 C, column bias, gelu) stored at a batch of 8 next to cuBLAS's
+    batched rows of 8 and of 1: over both counts (and at 8) B_BIG is best at CUBE and B_THIN at
+    SKINNY; at a batch of 1 alone B_BIG is best at both. A one-product kernel of the same layouts,
+    far faster, must never be taken."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = ResultsDB(url)
+    for shape, kernel, ratio, count in ((CUBE, B_BIG, 1.02, 8), (SKINNY, B_THIN, 1.04, 8), (SKINNY, B_BIG, 0.8, 8),
+                                        (CUBE, B_BIG, 0.99, 1), (SKINNY, B_BIG, 0.97, 1), (SKINNY, B_THIN, 0.9, 1)):
+        store(db, "cublas_fp16_nt_ofp16_bcol_gelu_batched", "cublas", "fp16", shape, 100.0, batch_count=count)
+        store(db, "mma_128x128x32_w2x2_s3_f2_fp16_nt_ofp16_bcol_gelu", "mma", "fp16", shape, 500.0)
+        store(db, kernel, "mma", "fp16", shape, 100.0 * ratio, batch_count=count)
+        time.sleep(0.002)
+    return db, url
+
+
+B_ARGV = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "fp16", "--gpu", "sm_90",
+          "--trans", "nt", "--out", "fp16", "--bias", "col", "--act", "gelu", "--batch-mode", "strided"]
+
+
+def test_emit_dispatch_of_a_strided_batch_from_the_cli(capsys, tmp_path):
+    """The kernels are the batched variant's only; the header says that the batch count does not
+    enter the choice; the regenerate line reproduces the file, and a workload file that says
+    batch = "strided" gives the same kernels."""
+    _, url = _stored_batched(tmp_path)
+    assert main([*B_ARGV, "--db", url]) == 0
+    captured = capsys.readouterr()
+    assert f"dispatcher of 2 kernel(s) for 2 shape(s): 4096x4096x4096 -> {B_BIG}, 16x4096x4096 -> {B_THIN}" \
+        in captured.err
+    source = captured.out
+    line = next(ln for ln in source.splitlines() if ln.startswith("//   gemmgen emit "))
+    assert line == "//   gemmgen emit " + shlex.join(B_ARGV[1:])
+    assert 'return "nt fp16 col gelu strided";' in source
+    assert "// batch      : strided: one launch computes C[i] for i < batch" in source
+    assert "The batch count and the strides do not\n//              enter the choice" in source
+    assert "int batch, float alpha, const gg_delem* A, long long stride_a" in source
+    assert main(shlex.split(line.removeprefix("//").strip())[1:] + ["--db", url]) == 0
+    assert capsys.readouterr().out == source
+    workload = tmp_path / "w.toml"
+    workload.write_text('precisions = ["fp16"]\ntrans = "nt"\nout = "fp16"\nbias = "col"\nact = "gelu"\n'
+                        'batch = "strided"\n[[shape]]\nm = [16, 4096]\nn = 4096\nk = 4096\n')
+    assert main(["emit", "--dispatch", "--workload", str(workload), "--gpu", "sm_90", "--db", url]) == 0
+    captured = capsys.readouterr()
+    assert f"4096x4096x4096 -> {B_BIG}" in captured.err and 'return "nt fp16 col gelu strided";' in captured.out
+    # nothing batched stored of another variant: the one message, naming the variant
+    assert main([*B_ARGV[:-6], "--batch-mode", "strided", "--db", url]) == 2
+    assert "no verified fp16 (nt fp16 none none strided) kernel stored for sm_90" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def batched_dispatcher(tmp_path_factory, build_cache):
+    """The batched dispatcher of B_BIG (CUBE) and B_THIN (SKINNY), with its harness, built as a
+    library with a caller of the batched signatures."""
+    db, _ = _stored_batched(tmp_path_factory.mktemp("db"))
+    plan = plan_dispatch(db, "fp16", SM90, [CUBE, SKINNY], variant=BATCHED)
+    assert [c.name for c in plan.kernels] == [B_BIG, B_THIN] and plan.variant == BATCHED
+    build = build_library(render_dispatcher(plan, ["--dispatch"], harness=True) + BATCHED_ABI,
+                          plan.kernels[0].build_arch)
+    assert build.ok, build.log
+    return plan, Launcher(build.library)
+
+
+@pytest.mark.nvcc
+def test_a_batched_dispatcher_has_the_batched_abi_and_picks_by_shape_alone(batched_dispatcher):
+    """nvcc builds it (with its harness, ./gemm M N K [runs [batch]]) against a caller of the
+    batched signatures; it says its variant, picks by (M, N, K) whatever the batch, describes the
+    chosen kernel's batched launch, and hands a batch that kernel's grid cannot hold to one that
+    takes it."""
+    plan, launcher = batched_dispatcher
+    assert (launcher.precision, launcher.variant) == ("fp16", BATCHED)
+    assert launcher.choice(16, 4096, 4096) == B_THIN and launcher.choice(4096, 4096, 4096) == B_BIG
+    own = {c.name: launcher_of(c) for c in plan.kernels}
+    for (m, n, k), batch in (((16, 4096, 4096), 3), ((4096, 4096, 4096), 8), ((17, 33, 9), 1000), ((5, 5, 5), 0)):
+        mine = launcher.describe(m, n, k, batch=batch, stride_c=m * n + 8)
+        theirs = own[launcher.choice(m, n, k)].describe(m, n, k, batch=batch, stride_c=m * n + 8)
+        assert (tuple(mine.grid), mine.flag_words, mine.partial_bytes) == \
+               (tuple(theirs.grid), theirs.flag_words, theirs.partial_bytes)
+    # B_THIN's grid z holds batch * 4 <= 65535 blocks: a batch of 20000 goes to B_BIG
+    with pytest.raises(ShapeRefused, match="batch must be <= 16383"):
+        own[B_THIN].describe(16, 4096, 4096, batch=20000)
+    assert tuple(launcher.describe(16, 4096, 4096, batch=20000).grid) == \
+        tuple(own[B_BIG].describe(16, 4096, 4096, batch=20000).grid)
+    with pytest.raises(ShapeRefused, match="C's matrices overlap"):  # refused by every kernel: the chosen one's reason
+        launcher.describe(16, 4096, 4096, batch=2, stride_c=5)
