@@ -4,15 +4,14 @@ every launch, and the workspace grows and shrinks) over 1x1x1, 17x33x9, 127x129x
 and 1000x1000x1000 at batch counts 0, 1, 3 and 8, with packed and padded strides (padding that
 breaks 16 bytes makes the launcher pack A or B per matrix, or store C directly), stride 0 for A,
 B or the bias, misaligned pointers, and beta = 0 into a NaN-poisoned C: every matrix of the batch
-against its float64 reference, C's padding untouched (test_gpu_batched.check_batched_call). The
+against its float64 reference, C's padding untouched (conftest.check_batched_call). The
 points cover every layout, fp16/bf16 (fp32, fp16 and bf16 C, bias and activation) and tf32, and
 the schedules: coop, cluster 2 (multicast), stream-K (split-K for thin shapes), overlap,
 ping-pong, swap-AB. The GPU-free twin is test_batched_hopper.py."""
 
 import numpy as np
 import pytest
-from conftest import build_all
-from test_gpu_batched import batched_calls, check_batched_call
+from conftest import batched_calls, build_all, check_batched_call
 
 from gemmgen.config import make_config
 
@@ -37,12 +36,10 @@ SHAPES = [(1, 1, 1), (17, 33, 9), (127, 129, 65), (257, 255, 1023), (1000, 1000,
 
 
 def hopper_calls(seed: int, count: int = 31) -> list[dict]:
-    """test_gpu_batched's calls (batch 0 first, then batch 1, 3, 8 in turn, random padding, stride 0
+    """conftest's batched_calls (batch 0 first, then batch 1, 3, 8 in turn, random padding, stride 0
     and offsets, beta = 0 every other call) over SHAPES, every shape at every batch count; calls 1, 2
     and 3 share one A, one B and one bias across a batch of 8 whatever the draw said."""
-    calls = batched_calls(seed, count - 1)
-    for i, call in enumerate(calls[1:]):
-        call["shape"] = SHAPES[i % len(SHAPES)]
+    calls = batched_calls(seed, count - 1, SHAPES)
     for i, shared in ((1, (True, False, False)), (2, (False, True, False)), (3, (False, False, True))):
         calls[i].update(batch=8, shared=shared)
     return calls
