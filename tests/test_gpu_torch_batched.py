@@ -4,7 +4,9 @@ as a user calls them, in ONE process: mma and warp kernels of several variants l
 expand (batch stride 0), a padded out (batch stride > M * N), a NaN-poisoned out with beta = 0,
 accumulation (beta != 0), a bias per product and one for all -- each result against torch.bmm /
 torch.baddbmm in float64 with the bias and activation (the bounds of gemmgen/tolerance.py), every
-matrix of the batch; then empty batches and a refusal raised through real tensors."""
+matrix of the batch; then empty batches and a refusal raised through real tensors. One of the
+libraries is a batched dispatcher (emit --dispatch --batch-mode strided) of two kernels: load()
+gives a BatchedGemmOp for it too, and its calls go to both kernels."""
 
 import random
 
@@ -17,6 +19,9 @@ import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen import verify  # noqa: E402
 from gemmgen.arch import parse_arch  # noqa: E402
 from gemmgen.config import make_config  # noqa: E402
+from gemmgen.dispatch.emit import render_dispatcher  # noqa: E402
+from gemmgen.dispatch.select import DispatchPlan, Served  # noqa: E402
+from gemmgen.problem import Shape  # noqa: E402
 from gemmgen.render import render_kernel  # noqa: E402
 from gemmgen.torch_checks import TensorError  # noqa: E402
 
@@ -47,6 +52,18 @@ def ops(tmp_path_factory, build_cache):
         path = folder / f"{name}.cu"
         path.write_text(render_kernel(make_config(family, {**params, "batch": "strided"}, precision, arch)))
         loaded[name] = gt.load(path)
+    # a dispatcher of the bf16 variant's kernel and a split-K twin, a tuned shape each
+    family, precision, params = KERNELS["mma_bf16_nt_obf16_bcol_gelu"]
+    kernels = tuple(make_config(family, {**params, **extra, "batch": "strided"}, precision, arch)
+                    for extra in ({}, {"split_k": 2}))
+    table = (Served(Shape(128, 256, 64), 0, 1.0, kernels[0].name, 1.0),
+             Served(Shape(17, 33, 65), 1, 1.0, kernels[1].name, 1.0))
+    path = folder / "dispatcher.cu"
+    path.write_text(render_dispatcher(DispatchPlan(precision, arch, kernels, table, (), ("test",), kernels[0].variant),
+                                      ["--dispatch", "--batch-mode", "strided"]))
+    loaded["dispatcher"] = gt.load(path)
+    assert isinstance(loaded["dispatcher"], gt.BatchedGemmOp)
+    assert {loaded["dispatcher"].choice(*s) for s in SHAPES} == {k.name for k in kernels}
     return loaded
 
 

@@ -49,6 +49,10 @@ DISPATCHERS = {
                                   (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
     "mma_tn_ofp16": (("mma_128x128x32_w2x2_s3_f2_fp16_tn_ofp16", "mma_64x64x32_w2x2_s3_f2_fp16_tn_ofp16"),
                      (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
+    # a strided batch: its harness (./gemm M N K [runs [batch]]) checks every matrix
+    "hopper_batched_nt_obf16_bcol_gelu": (("hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu_batched",
+                                           "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu_batched"),
+                                          (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
 }
 
 
@@ -171,6 +175,8 @@ BUILDS = {
     "warp_tt": lambda: render_kernel(point_config("warp_tt"), harness=True),
     "dispatcher_hopper_nt_obf16_bcol_gelu": lambda: render_dispatcher(dispatch_plan("hopper_nt_obf16_bcol_gelu"),
                                                                       ["--dispatch"], harness=True),
+    "dispatcher_hopper_batched_nt_obf16_bcol_gelu": lambda: render_dispatcher(
+        dispatch_plan("hopper_batched_nt_obf16_bcol_gelu"), ["--dispatch"], harness=True),
 }
 
 
