@@ -74,6 +74,16 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
     return sorted(found, key=Ranked.key, reverse=True)
 
 
+def wanted(precision: str, family: str | None = None, variant: Variant = Variant(),
+           batch_count: int | None = None) -> str:
+    """What a ranking looked for, in words, for the messages that say nothing was found:
+    ``hopper fp16 (nt fp16 none none strided) kernel measured at a batch of 8``."""
+    what = f"{family} {precision}" if family else precision
+    if variant != Variant():
+        what += f" ({variant.text})"
+    return what + " kernel" + (f" measured at a batch of {batch_count}" if batch_count is not None else "")
+
+
 def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
          variant: Variant = Variant(), batch_count: int | None = None) -> Ranked | None:
     """The best stored kernel at ``shape`` (see :func:`ranked`), or None where none is verified."""

@@ -114,7 +114,9 @@ def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
                                "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
     variant = asked_variant(args, overrides)
     found, arch, shape = _stored_best(args, variant)
-    print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape} for {arch.name}: "
+    count = getattr(args, "batch_count", None)  # `build best` has no --batch
+    count = f" (measured at a batch of {count})" if count is not None else ""
+    print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape}{count} for {arch.name}: "
           f"{_describe_ranked(found)}", file=sys.stderr)
     family, precision, params = point_spec(found.kernel)
     return make_config(family, {**params, **overrides}, precision, arch)
@@ -127,21 +129,26 @@ def _describe_ranked(found) -> str:
 
 def _stored_best(args: argparse.Namespace, variant: Variant):
     """(the best verified stored kernel of ``variant`` for --precision, --shape [, --family] on
-    the --gpu architecture (default: the GPU present, else sm_90) by gemmgen.best's policy, the
-    Arch, the Shape). Raises GemmgenError naming what was looked for where nothing is stored."""
-    from gemmgen.best import best
+    the --gpu architecture (default: the GPU present, else sm_90) by gemmgen.best's policy, ranked
+    by the rows of --batch N products per launch where given (else of every count), the Arch, the
+    Shape). Raises GemmgenError naming what was looked for where nothing is stored."""
+    from gemmgen.best import best, wanted
     from gemmgen.db import ResultsDB, resolve_url
     from gemmgen.problem import parse_shape
 
     shape = parse_shape(args.shape)
     arch = _target(args.gpu, quiet=True)
     url = resolve_url(args.db)
-    found = best(ResultsDB(url, create=False), args.precision, shape, arch, family=args.family, variant=variant)
+    db = ResultsDB(url, create=False)
+    count = getattr(args, "batch_count", None)  # `build best` has no --batch
+    found = best(db, args.precision, shape, arch, family=args.family, variant=variant, batch_count=count)
     if found is None:
-        what = f"{args.family} {args.precision}" if args.family else args.precision
-        if variant != Variant():
-            what += f" ({variant.text})"
-        raise GemmgenError(f"no verified {what} kernel at {shape} for {arch.name} in {url}; "
+        what = wanted(args.precision, args.family, variant, count)
+        if count is not None and best(db, args.precision, shape, arch, family=args.family, variant=variant):
+            raise GemmgenError(f"no verified {what} at {shape} for {arch.name} in {url}, only at other batch counts "
+                               f"(`gemmgen results --shape {shape}` shows each row's batch_count); drop --batch, or "
+                               f"measure at this one (gemmgen bench ... --batch {count})")
+        raise GemmgenError(f"no verified {what} at {shape} for {arch.name} in {url}; "
                            "run `gemmgen tune` or `gemmgen bench` first")
     return found, arch, shape
 
@@ -281,6 +288,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
             raise InvalidParameter("`emit best` takes one --shape; for several, emit a dispatcher: "
                                    "gemmgen emit --dispatch --shape S1 --shape S2 ...")
         args.shape = args.shape[0] if args.shape else None
+        if args.batch_count is not None and not (args.point and args.point.strip().lower() == "best"):
+            raise InvalidParameter("--batch N picks stored measurements of N products per launch: it goes with "
+                                   "`emit best` or --dispatch (a batched kernel takes the count at launch: "
+                                   "--batch-mode strided emits one)")
         config = select_config(args)
         source = render_kernel(config, harness=args.harness)
     if args.output:
@@ -325,7 +336,8 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
             raise InvalidParameter("--dispatch needs --precision (fp32, tf32, fp16 or bf16)")
     arch = _target(args.gpu)
     url = resolve_url(args.db)
-    plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant)
+    plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant,
+                         batch_count=args.batch_count)
     for shape in plan.missing:
         print(f"gemmgen: nothing verified stored at {shape} for {precision}{variant.suffix} on {arch.name}: "
               "served by the nearest tuned shape's kernel", file=sys.stderr)
@@ -340,6 +352,8 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     if args.family:
         emit_args += ["--family", args.family]
     emit_args += _variant_words(variant).split()
+    if args.batch_count is not None:
+        emit_args += ["--batch", str(args.batch_count)]
     if args.harness:
         emit_args.append("--harness")
     return render_dispatcher(plan, emit_args, harness=args.harness)
@@ -507,6 +521,14 @@ def _add_batch_count(parser: argparse.ArgumentParser) -> None:
                         "products per launch (packed strides M*K, K*N, M*N); implies --batch-mode strided")
 
 
+def _add_batch_filter(parser: argparse.ArgumentParser, use: str) -> None:
+    """--batch N where it picks stored rows (results, best, emit best, emit --dispatch): only
+    measurements of N products per launch (variant_options makes it batch=strided). ``use``: what
+    the command does with them, for the help."""
+    parser.add_argument("--batch", dest="batch_count", type=int, metavar="N", help=f"{use} only measurements of a "
+                        "strided batch of N products per launch (implies --batch-mode strided; default: every count)")
+
+
 def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("point", nargs="?", help="a named point (v1..v6, blog_*) or a canonical kernel name")
     parser.add_argument("--family", choices=list(FAMILIES), help="start from this family's default point")
@@ -536,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(--workload or --shape) and a launcher that picks one by (M, N, K); see gemmgen.best")
     p.add_argument("--workload", metavar="FILE", help="with --dispatch: the shapes and variant of a workload file "
                    "(--trans, --out, --bias and --act may add variant keys it leaves out)")
+    _add_batch_filter(p, "with `emit best` and --dispatch: rank by")
     _add_db_argument(p)
     p.set_defaults(func=cmd_emit)
 
@@ -600,8 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", metavar="MxNxK")
     p.add_argument("--status", choices=["ok", "wrong_result", "compile_error", "launch_error", "infeasible"])
     add_variant_arguments(p, filters=True)
-    p.add_argument("--batch", dest="batch_count", type=int, metavar="N", help="only measurements of a strided batch "
-                   "of N products per launch (implies --batch-mode strided)")
+    _add_batch_filter(p, "show")
     p.add_argument("--sort", default="tflops", help="column to sort by (default tflops)")
     p.add_argument("--ascending", action="store_true")
     p.add_argument("--limit", type=int)
@@ -617,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
                    "else sm_90)")
     add_variant_arguments(p)
+    _add_batch_filter(p, "rank by")
     _add_db_argument(p)
     p.set_defaults(func=cmd_best)
     add_plot_parser(sub, _add_db_argument)

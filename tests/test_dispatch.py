@@ -347,3 +347,59 @@ def test_a_batched_dispatcher_has_the_batched_abi_and_picks_by_shape_alone(batch
         tuple(own[B_BIG].describe(16, 4096, 4096, batch=20000).grid)
     with pytest.raises(ShapeRefused, match="C's matrices overlap"):  # refused by every kernel: the chosen one's reason
         launcher.describe(16, 4096, 4096, batch=2, stride_c=5)
+
+
+# ---- --batch N: rank by the measurements of one batch count ----
+
+B_VARIANT = ["--trans", "nt", "--out", "fp16", "--bias", "col", "--act", "gelu"]
+
+
+@pytest.mark.parametrize("count, kernel", [(None, B_THIN), ("8", B_THIN), ("1", B_BIG)])
+def test_best_and_emit_best_rank_by_one_batch_count(capsys, tmp_path, count, kernel):
+    """Without --batch, every count's rows (each against cuBLAS's of its count); with --batch N
+    those of N only (which implies --batch-mode strided)."""
+    _, url = _stored_batched(tmp_path)
+    option = ["--batch", count] if count else ["--batch-mode", "strided"]
+    argv = ["--precision", "fp16", "--shape", "16x4096x4096", "--gpu", "sm_90", *B_VARIANT, *option, "--db", url]
+    assert main(["best", *argv]) == 0
+    assert capsys.readouterr().out.startswith(kernel)
+    assert main(["emit", "best", *argv]) == 0
+    captured = capsys.readouterr()
+    assert f"kernel: {kernel}\n" in captured.out.replace("// kernel     : ", "kernel: ")
+    assert f"at 16x4096x4096{f' (measured at a batch of {count})' if count else ''} for sm_90: {kernel}" \
+        in captured.err
+
+
+def test_emit_dispatch_ranks_by_one_batch_count(capsys, tmp_path):
+    _, url = _stored_batched(tmp_path)
+    argv = [*B_ARGV, "--batch", "1", "--db", url]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"dispatcher of 1 kernel(s) for 2 shape(s): 4096x4096x4096 -> {B_BIG}, 16x4096x4096 -> {B_BIG}" \
+        in captured.err  # at a batch of 1 alone, B_BIG is the best at both shapes
+    line = next(ln for ln in captured.out.splitlines() if ln.startswith("//   gemmgen emit "))
+    assert line.endswith("--batch-mode strided --batch 1")
+    assert main(shlex.split(line.removeprefix("//").strip())[1:] + ["--db", url]) == 0
+    assert capsys.readouterr().out == captured.out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["best", "--precision", "fp16", "--shape", "16x4096x4096", *B_VARIANT, "--batch", "4"],
+     "no verified fp16 (nt fp16 col gelu strided) kernel measured at a batch of 4 at 16x4096x4096 for sm_90 in "
+     "sqlite:///{url}, only at other batch counts"),
+    (["emit", "best", "--precision", "fp16", "--shape", "4096", "--batch", "8"],
+     "no verified fp16 (nn fp32 none none strided) kernel measured at a batch of 8 at 4096x4096x4096 for sm_90 in "
+     "sqlite:///{url}; run `gemmgen tune`"),
+    ([*B_ARGV, "--batch", "4"],
+     "no verified fp16 (nt fp16 col gelu strided) kernel measured at a batch of 4 stored for sm_90 at any of the 2 "
+     "shape(s)"),
+    (["best", "--precision", "fp16", "--shape", "64", "--batch", "0"], "the batch count must be at least 1"),
+    (["emit", "v4", "--batch", "8"], "--batch N picks stored measurements of N products per launch: it goes with "
+                                     "`emit best` or --dispatch"),
+])
+def test_batch_counts_nothing_is_stored_at_are_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    _, url = _stored_batched(tmp_path)
+    assert main([*argv, "--gpu", "sm_90", "--db", url]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert message.format(url=tmp_path / "r.db") in captured.err, captured.err

@@ -10,7 +10,7 @@ compiles a few kernels. Each shape then gets the highest-scoring kernel taken th
 from dataclasses import dataclass
 
 from gemmgen.arch import Arch
-from gemmgen.best import Ranked, ranked
+from gemmgen.best import Ranked, ranked, wanted
 from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.points import point_spec
@@ -43,9 +43,9 @@ class DispatchPlan:
 
 
 def _candidates(db, precision: str, shape: Shape, arch: Arch, family: str | None,
-                variant: Variant) -> list[tuple[Ranked, KernelConfig]]:
+                variant: Variant, batch_count: int | None) -> list[tuple[Ranked, KernelConfig]]:
     found = []
-    for r in ranked(db, precision, shape, arch, family, variant):
+    for r in ranked(db, precision, shape, arch, family, variant, batch_count):
         family_name, prec, params = point_spec(r.kernel)
         try:
             found.append((r, make_config(family_name, params, prec, arch)))
@@ -67,14 +67,17 @@ def _accepts(candidates: list[tuple[Ranked, KernelConfig]], share_within: float)
 
 
 def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family: str | None = None,
-                  share_within: float = SHARE_WITHIN, variant: Variant = Variant()) -> DispatchPlan:
+                  share_within: float = SHARE_WITHIN, variant: Variant = Variant(),
+                  batch_count: int | None = None) -> DispatchPlan:
     """The kernels and the table of a dispatcher for ``shapes`` (duplicates ignored), all of
-    them computing ``variant`` (gemmgen.best ranks kernels of one variant). Raises GemmgenError
-    where none of the shapes has a verified kernel of it stored for ``arch``."""
+    them computing ``variant`` (gemmgen.best ranks kernels of one variant); ``batch_count``: by
+    the measurements of that many products per launch only (None: of every count, as
+    gemmgen.best.ranked). Raises GemmgenError where none of the shapes has a verified kernel of
+    it stored for ``arch``."""
     shapes = list(dict.fromkeys(shapes))
     accepts, configs, tops, missing = {}, {}, {}, []
     for shape in shapes:
-        candidates = _candidates(db, precision, shape, arch, family, variant)
+        candidates = _candidates(db, precision, shape, arch, family, variant, batch_count)
         if not candidates:
             missing.append(shape)
             continue
@@ -82,10 +85,8 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
         tops[shape] = candidates[0][0]
         configs.update((r.kernel, c) for r, c in candidates if r.kernel in accepts[shape])
     if not accepts:
-        what = f"{family} {precision}" if family else precision
-        if variant != Variant():
-            what += f" ({variant.text})"
-        raise GemmgenError(f"no verified {what} kernel stored for {arch.name} at any of the {len(shapes)} shape(s) "
+        raise GemmgenError(f"no verified {wanted(precision, family, variant, batch_count)} stored for {arch.name} at "
+                           f"any of the {len(shapes)} shape(s) "
                            f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''}); "
                            "tune them first (gemmgen tune --workload FILE) or point --db at the results")
     chosen: list[str] = []
