@@ -14,11 +14,8 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant,
+from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, option_of,
                              split_variant)
-
-#: The option of each variant key where it is not --<key>: --batch is the batch count (a number)
-OPTION_OF = {"batch": "batch-mode"}
 from gemmgen.render import render_kernel
 
 
@@ -75,14 +72,14 @@ def asked_variant(args: argparse.Namespace, sets: dict | None = None) -> Variant
     for key, value in given.items():
         named = next((k for k in sets if str(k).strip().lower() == key), None)
         if named is not None and getattr(from_set, key) != value:
-            raise InvalidParameter(f"--set gives {named}={sets[named]} and --{OPTION_OF.get(key, key)} gives {value}; "
+            raise InvalidParameter(f"--set gives {named}={sets[named]} and {option_of(key)} gives {value}; "
                                    f"give {key} once")
     return Variant(**{**{k: getattr(from_set, k) for k in VARIANT_KEYS}, **given})
 
 
 def _variant_words(variant: Variant) -> str:
     """The options that ask for ``variant`` (" --trans nt --out bf16"), empty for the default."""
-    return "".join(f" --{OPTION_OF.get(key, key)} {value}" for key, value in variant.items)
+    return "".join(f" {option_of(key)} {value}" for key, value in variant.items)
 
 
 def select_config(args: argparse.Namespace) -> KernelConfig:

@@ -69,6 +69,14 @@ BATCHES = ("none", "strided")
 #: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``): "trans"
 #: as in BLAS's transa/transb ("layout" is a parameter of the register family).
 VARIANT_KEYS = ("trans", "out", "bias", "act", "batch")
+#: The command-line option of each variant key where it is not --<key>: --batch is the batch count
+#: (a number) of the commands that measure or rank, so the batch mode is --batch-mode.
+OPTION_OF = {"batch": "batch-mode"}
+
+
+def option_of(key: str) -> str:
+    """The command-line option that gives variant key ``key`` (``--trans``, ``--batch-mode``)."""
+    return f"--{OPTION_OF.get(key, key)}"
 
 
 @dataclass(frozen=True)

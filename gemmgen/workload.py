@@ -33,7 +33,7 @@ from pathlib import Path
 
 from gemmgen.errors import InvalidParameter
 from gemmgen.dtypes import PRECISIONS as _PRECISIONS
-from gemmgen.problem import MAX_DIM, VARIANT_KEYS, Shape, Variant
+from gemmgen.problem import MAX_DIM, VARIANT_KEYS, Shape, Variant, option_of
 
 PRECISIONS = tuple(_PRECISIONS)
 TOP_KEYS = ("name", "description", "precisions", *VARIANT_KEYS, "shape")
@@ -73,8 +73,9 @@ class Workload:
         given = dict(self.variant_given)
         for key, value in options.items():
             if key in given and given[key] != value:
-                raise InvalidParameter(f"--{key} {value} disagrees with workload {self.path or self.name}, which says "
-                                       f"{key} = \"{given[key]}\"; leave --{key} out, or change the file")
+                raise InvalidParameter(f"{option_of(key)} {value} disagrees with workload {self.path or self.name}, "
+                                       f"which says {key} = \"{given[key]}\"; leave {option_of(key)} out, or change "
+                                       "the file")
         return Variant(**{**given, **options})
 
     @property

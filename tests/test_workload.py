@@ -150,6 +150,11 @@ def test_a_file_names_its_variant_and_the_command_line_adds_to_it_or_agrees(tmp_
     explicit = load_workload(write(tmp_path, 'trans = "nn"\n' + GOOD, "nn.toml"))
     with pytest.raises(InvalidParameter, match='--trans nt disagrees with workload .*nn.toml, which says trans = "nn"'):
         explicit.variant_with({"trans": "nt"})
+    # the batch mode's option is --batch-mode (--batch is a count)
+    one = load_workload(write(tmp_path, 'batch = "none"\n' + GOOD, "one.toml"))
+    with pytest.raises(InvalidParameter, match='^--batch-mode strided disagrees with workload .*one.toml, which says '
+                                               'batch = "none"; leave --batch-mode out'):
+        one.variant_with({"batch": "strided"})
 
 
 def test_a_missing_file_is_one_message(tmp_path):
