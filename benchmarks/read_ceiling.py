@@ -43,3 +43,7 @@ for shape in (Shape(16, 4096, 4096), Shape(16, 8192, 8192)):
         print(f"{str(shape):>16}  {label:<34} {us:8.2f} us  {bw/1e9:7.0f} GB/s  {100*bw/peak:5.1f}% HBM"
               + ("" if "read" in label else "  (time only)"))
     buf.free()
+sink.free()
+flush.free()
+del empty, sweep, mod  # unload the module while its context is current
+gpu.close()
