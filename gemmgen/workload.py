@@ -160,7 +160,7 @@ def _variant(data: dict, fail) -> tuple[tuple[str, str], ...]:
     return given
 
 
-_EXAMPLES = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}
+_EXAMPLES = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu", "batch": "strided"}  # one per VARIANT_KEYS
 
 
 def _named(table: dict) -> str:

@@ -122,6 +122,7 @@ def test_weighted_mean_is_the_weighted_geometric_mean_over_the_shapes_that_have_
     ('precisions = ["bf16"]\nact = "GELU"\n', "act='GELU' is not allowed; act (the activation) must be one of: "
                                             "none, relu, gelu, silu"),
     ('precisions = ["bf16"]\nout = 16\n', 'out must be a string, e.g. out = "bf16", not 16'),
+    ('precisions = ["bf16"]\nbatch = 5\n', 'batch must be a string, e.g. batch = "strided", not 5'),
     ('precisions = ["bf16"]\n[[shape]]\nm = 1\nn = 1\nk = 1\ntrans = "nt"\n',
      "[[shape]] #1: unknown key 'trans'; allowed: m, n, k, label, weight"),
 ])
