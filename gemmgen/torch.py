@@ -140,16 +140,8 @@ class GemmOp:
             return out
         if k == 0:
             return self._no_product(out, beta, bias)
-        # The launcher's CUDA runtime works on the current device's primary context, torch's own;
-        # switching devices costs microseconds, so only where a is on another one.
-        index = a.get_device()
-        key = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
-               None if bias is None else bias.data_ptr())
-        if index == _current_device():
-            self._launch(key, _current_stream(index))
-        else:
-            with torch.cuda.device(index):
-                self._launch(key, _current_stream(index))
+        self._queue(a.get_device(), (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+                                     None if bias is None else bias.data_ptr()))
         return out
 
     def _no_product(self, out: torch.Tensor, beta: float, bias: torch.Tensor | None) -> torch.Tensor:
@@ -203,28 +195,38 @@ class GemmOp:
                     for t in (a, b, bias) if t is not None)
         return (m, n, k) if apart else None
 
+    def _queue(self, index: int, args: tuple) -> None:
+        """Queue the launch of ``args`` on torch's current stream of device ``index``. The
+        launcher's CUDA runtime works on the current device's primary context, torch's own;
+        switching devices costs microseconds, so only where the operands are on another one."""
+        if index == _current_device():
+            self._launch(args, _current_stream(index))
+        else:
+            with torch.cuda.device(index):
+                self._launch(args, _current_stream(index))
+
     def _launch(self, args: tuple, stream: int) -> None:
-        """Queue the launch of ``args`` (M, N, K, alpha, A, B, beta, C, bias or None: addresses)
-        on ``stream``: through a plan made earlier for the same arguments (the launcher's host
-        work -- checks, workspace, tensor maps -- done once), else a new one, kept for next
-        time. A plan is the launch it was made for, so reusing one is the same launch. Each
-        thread keeps its own plans (at most _PLANS_KEPT), as the launcher keeps the workspace of
-        cudaStreamPerThread per thread, and so that no thread frees a plan another is running."""
+        """Queue the launch of ``args`` (M, N, K, alpha, A, B, beta, C, bias or None: addresses;
+        a batched op's add the batch and strides, _new_plan) on ``stream``: through a plan made
+        earlier for the same arguments (the launcher's host work -- checks, workspace, tensor
+        maps -- done once), else a new one, kept for next time. A plan is the launch it was made
+        for, so reusing one is the same launch. Each thread keeps its own plans (at most
+        _PLANS_KEPT), as the launcher keeps the workspace of cudaStreamPerThread per thread, and
+        so that no thread frees a plan another is running."""
         plans = self._plans()
         key = (*args, stream)
         plan = plans.get(key)
         if plan is None:
-            *problem, bias = args
-            plan = self._keep(plans, key, self.launcher.plan(*problem, stream, bias=bias))
+            plan = self._new_plan(args, stream)
+            if len(plans) >= _PLANS_KEPT:
+                plans.pop(next(iter(plans))).close()
+            plans[key] = plan
         plan.run()
 
-    @staticmethod
-    def _keep(plans: dict, key: tuple, plan):
-        """Keep ``plan`` under ``key`` in a thread's ``plans`` (the oldest closed past _PLANS_KEPT)."""
-        if len(plans) >= _PLANS_KEPT:
-            plans.pop(next(iter(plans))).close()
-        plans[key] = plan
-        return plan
+    def _new_plan(self, args: tuple, stream: int):
+        """The launcher's plan of ``args`` (as _launch takes them) on ``stream``."""
+        *problem, bias = args
+        return self.launcher.plan(*problem, stream, bias=bias)
 
     def _plans(self) -> dict:
         """This thread's launch plans (made on first use)."""
@@ -277,19 +279,13 @@ class BatchedGemmOp(GemmOp):
             return out
         if k == 0:
             return self._no_product(out, beta, bias)
-        index = a.get_device()
-        key = (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
-               None if bias is None else bias.data_ptr(), batch, strides)
-        with torch.cuda.device(index):
-            stream = _current_stream(index)
-            plans = self._plans()
-            plan = plans.get((*key, stream))
-            if plan is None:
-                *problem, bias_at, batch, strides = key
-                plan = self._keep(plans, (*key, stream), self.launcher.plan(*problem, stream, bias=bias_at,
-                                                                            batch=batch, strides=strides))
-            plan.run()
+        self._queue(a.get_device(), (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+                                     None if bias is None else bias.data_ptr(), batch, strides))
         return out
+
+    def _new_plan(self, args: tuple, stream: int):
+        *problem, bias, batch, strides = args
+        return self.launcher.plan(*problem, stream, bias=bias, batch=batch, strides=strides)
 
     mm = bmm = __call__
 
