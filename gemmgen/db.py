@@ -39,7 +39,7 @@ STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 SCHEMA_VERSION = 4
 # The first version whose kernels have the variant columns (those of _VARIANT_COLUMNS).
 VARIANT_COLUMNS_SINCE = 3
-# The first version whose measurements say their batch count.
+# The first version whose measurements say their batch count (and kernels their batch mode).
 BATCH_COUNT_SINCE = 4
 _VARIANT_DEFAULTS = {key: getattr(Variant(), key) for key in VARIANT_KEYS}
 
@@ -290,7 +290,9 @@ def _iso_utc(value: datetime) -> str:
 
 def _variant_columns(version: int) -> tuple[str, ...]:
     """The variant keys a database of schema ``version`` holds as kernel columns."""
-    return () if version < VARIANT_COLUMNS_SINCE else VARIANT_KEYS if version >= 4 else VARIANT_KEYS[:4]
+    if version < VARIANT_COLUMNS_SINCE:
+        return ()
+    return VARIANT_KEYS if version >= BATCH_COUNT_SINCE else tuple(k for k in VARIANT_KEYS if k != "batch")
 
 
 def _row(version: int, m: Measurement, k: Kernel, d: Device, p: Problem, *extra) -> ResultRow:

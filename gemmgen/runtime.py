@@ -307,7 +307,8 @@ class Launcher:
             sa, sb, sc = (packed[i] if s is None else s for i, s in enumerate((stride_a, stride_b, stride_c)))
             why = self._describe(m, n, k, batch, a, sa, b, sb, beta, c, sc, resident, ctypes.byref(info))
         else:
-            self._strides(m, n, k, batch, None if (stride_a, stride_b, stride_c) == (None,) * 3 else ())
+            given = (stride_a, stride_b, stride_c)
+            self._strides(m, n, k, batch, None if given == (None,) * 3 else given)  # refuses a batch or strides
             why = self._describe(m, n, k, a, b, beta, c, resident, ctypes.byref(info))
         if why is not None:
             raise ShapeRefused(f"refused M={m} N={n} K={k}: {why.decode()}")
