@@ -456,8 +456,26 @@ def test_swap_point_computes_c_transposed_from_shared_memory():
     assert "gg_lds32(" not in source.split("extern \"C\"")[1] and "tma_c" not in source
 
 
+@pytest.mark.parametrize("params, precision, wgmma, derived", [
+    # swap: the tile's rows are wgmma's N, so 48, 96 and 192 rows are one instruction wide
+    ({"BM": 96, "BN": 192, "consumers": 1, "stages": 5, "swap": 1}, "fp16", "m64n96k16", (96, 192, 3, 144)),
+    ({"BM": 192, "BN": 128, "consumers": 2, "stages": 5, "swap": 1}, "bf16", "m64n192k16", (192, 64, 1, 96)),
+    ({"BM": 48, "BN": 128, "consumers": 2, "stages": 6}, "tf32", "m64n48k8", (48, 64, 1, 24)),
+    # no swap: 192 rows are three m64 blocks of one consumer (or of each ping-pong consumer)
+    ({"BM": 192, "BN": 64, "consumers": 1, "stages": 6}, "fp16", "m64n64k16", (64, 64, 3, 96)),
+])
+def test_tiles_of_48_96_and_192_rows(params, precision, wgmma, derived):
+    c = make_config("hopper", params, precision, "sm_90")
+    d = c.derived
+    assert (d["WGMMA_N"], d["COLS"], d["MI"], d["ACC"]) == derived  # COLS: a consumer's columns of C
+    assert f"wgmma.mma_async.sync.aligned.{wgmma}" in render_kernel(c)
+
+
 @pytest.mark.parametrize("params, precision, expected", [
     ({"BM": 16}, "fp16", "BM=16 < 64 fits only with swap=1"),
+    ({"BM": 48}, "bf16", "BM=48 < 64 fits only with swap=1"),
+    ({"BM": 96, "consumers": 1}, "fp16", r"BM=96 must be a multiple of 64\*consumers"),
+    ({"BM": 96, "BN": 256, "consumers": 1, "swap": 1}, "fp16", "= 4\\*48 = 192 registers per consumer thread; at most 160"),
     ({"swap": 1}, "tf32", r"tf32 always computes C\^T = B\^T A\^T"),
     ({"swap": 1, "overlap": 1}, "fp16", "use overlap=0 there"),
 ])

@@ -89,7 +89,7 @@ from gemmgen.dtypes import PRECISIONS
 from gemmgen.families.base import Family, Geometry, Param, Tma, divides
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
-MAX_ACC_REGS = 128  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom
+MAX_ACC_REGS = 160  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom (144 = three m64n96 blocks, cuBLAS's 192x96 tile, compiles without spills)
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
 # The TMA-store epilogue stages C in boxes of 16 rows x 32 fp32 columns (one 128-byte swizzled row
@@ -226,7 +226,7 @@ FAMILY = Family(
     doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
     precisions=("fp16", "bf16", "tf32"),
     params=(
-        Param("BM", (16, 32, 64, 128, 256), "rows of C per tile (16, 32: swap=1 or tf32 only)"),
+        Param("BM", (16, 32, 48, 64, 96, 128, 192, 256), "rows of C per tile (16, 32, 48: swap=1 or tf32 only)"),
         Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile (tf32: "
                                    "BN/consumers columns)"),
