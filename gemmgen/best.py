@@ -25,7 +25,8 @@ from gemmgen.problem import Shape, Variant
 class Ranked:
     """One kernel's standing at a shape: ``score`` is the median ratio of its time to cuBLAS's
     (1.0 = as fast; None where no cuBLAS measurement is stored next to it), ``tflops`` its highest
-    TFLOP/s there, ``devices`` the device names its measurements came from."""
+    TFLOP/s there, ``devices`` the device names its measurements came from, ``sm_count`` their
+    largest count of SMs."""
 
     kernel: str
     family: str
@@ -33,6 +34,7 @@ class Ranked:
     tflops: float
     runs: int
     devices: tuple[str, ...]
+    sm_count: int = 0
 
     def key(self) -> tuple:
         return (self.score is not None, self.score if self.score is not None else self.tflops)
@@ -58,6 +60,7 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
         if r.family == "cublas" and r.tflops:
             cublas[r.device, r.batch_count].append((datetime.fromisoformat(r.created_at), r.tflops))
     ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
+    sms = defaultdict(int)
     for r in rows:
         if r.family == "cublas" or r.arch != arch.name or not r.tflops or (family and r.family != family):
             continue
@@ -65,12 +68,13 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
         families[r.kernel] = r.family
         runs[r.kernel] += 1
         devices[r.kernel].add(r.device)
+        sms[r.kernel] = max(sms[r.kernel], r.sm_count)
         if cublas[r.device, r.batch_count]:
             when = datetime.fromisoformat(r.created_at)
             _, base = min(cublas[r.device, r.batch_count], key=lambda c: abs((c[0] - when).total_seconds()))
             ratios[r.kernel].append(r.tflops / base)
     found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
-                    tuple(sorted(devices[k]))) for k in fastest]
+                    tuple(sorted(devices[k])), sms[k]) for k in fastest]
     return sorted(found, key=Ranked.key, reverse=True)
 
 

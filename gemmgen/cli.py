@@ -337,7 +337,7 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
                          batch_count=args.batch_count)
     for shape in plan.missing:
         print(f"gemmgen: nothing verified stored at {shape} for {precision}{variant.suffix} on {arch.name}: "
-              "served by the nearest tuned shape's kernel", file=sys.stderr)
+              "served by a nearby tuned shape's kernel", file=sys.stderr)
     served = ", ".join(f"{s.shape} -> {plan.kernels[s.kernel].name}" for s in plan.served)
     print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} shape(s): {served}",
           file=sys.stderr)

@@ -259,6 +259,7 @@ class ResultRow:
     tag: str | None
     created_at: str
     batch_count: int = 1  # products per launch (the strided batch's count; 1 where not batched)
+    sm_count: int = 0  # the device's streaming multiprocessors
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -306,7 +307,7 @@ def _row(version: int, m: Measurement, k: Kernel, d: Device, p: Problem, *extra)
     return ResultRow(
         measurement_id=m.id, kernel=k.name, family=k.family, precision=k.precision, **variant, arch=k.arch,
         batch_count=int(batch_count if batch_count is not None else 1),
-        device=d.name, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
+        device=d.name, sm_count=d.sm_count, M=p.M, N=p.N, K=p.K, alpha=p.alpha, beta=p.beta, status=m.status,
         median_ms=m.median_ms, min_ms=m.min_ms, max_ms=m.max_ms, runs=m.runs, tflops=m.tflops, rel_error=m.rel_error,
         registers=m.registers, smem_bytes=m.smem_bytes, spill_bytes=m.spill_bytes,
         params=dict(k.params or {}), message=m.message or "", tag=m.tag, created_at=_iso_utc(m.created_at))

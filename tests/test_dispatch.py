@@ -94,6 +94,28 @@ def test_tuned_shapes_get_their_kernel_and_others_the_nearest_tuned_shapes(dispa
 
 
 @pytest.mark.nvcc
+def test_untuned_shapes_take_the_near_kernel_that_needs_the_fewest_waves(tmp_path, build_cache):
+    """A tile that fits the tuned M exactly needs a second row of tiles a few rows later: there the
+    dispatcher takes the next tuned shape's kernel, its time scaled by waves of tiles (132 SMs,
+    the tuning GPU's, as this machine has no GPU) being less. Stored: 192 rows in 108 us by a
+    192-row tile, 256 in 137 us by 128 x 256 tiles (224 tiles, two waves, at both)."""
+    fits, wide, n, k = "hopper_192x128_c2_s5_g8_sw_fp16", BIG, 28672, 4096
+    tflops = {192: 2 * 192 * n * k / 108e6, 256: 2 * 256 * n * k / 137e6}
+    db, _ = _stored(tmp_path, [(Shape(192, n, k), fits, tflops[192] / 100), (Shape(256, n, k), wide, tflops[256] / 100)])
+    plan = plan_dispatch(db, "fp16", SM90, [Shape(192, n, k), Shape(256, n, k)])
+    assert plan.sm_count == 132 and [s.tflops for s in plan.served] == [pytest.approx(tflops[192]),
+                                                                         pytest.approx(tflops[256])]
+    source = render_dispatcher(plan, ["--dispatch"])
+    build = build_library(source, plan.kernels[0].build_arch)
+    assert build.ok, build.log
+    choice = Launcher(build.library).choice
+    assert choice(190, n, k) == fits  # one row of 192-row tiles: 108 us against 137
+    assert choice(200, n, k) == wide  # two rows, four waves: 216 us against 137
+    assert choice(200, n, k // 2) == wide and choice(176, 2 * n, k) == fits
+    assert choice(8, n, k) == wide  # 112 tiles, one wave: 68 us against 108
+
+
+@pytest.mark.nvcc
 def test_the_dispatcher_describes_the_launch_of_the_kernel_it_picks(dispatcher):
     """The same grid and workspace as the chosen kernel's own launcher; shapes it cannot take are
     refused with that kernel's message."""

@@ -16,6 +16,9 @@ from gemmgen.dtypes import PRECISIONS
 from gemmgen.problem import Variant
 from gemmgen.render import environment, harness_checks, render_kernel
 
+NEAREST = 4  # an untuned shape takes the kernel of one of this many nearest tuned shapes (see the template),
+REACH = math.log(2.0)  # of those at most this much farther (sum of |log ratio|) than the nearest
+
 
 def _split_includes(source: str) -> tuple[list[str], str]:
     includes, rest = [], []
@@ -92,6 +95,13 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
         served=plan.served,
         missing=[str(s) for s in plan.missing],
         logs=[[repr(math.log(x)) for x in (s.shape.m, s.shape.n, s.shape.k)] for s in plan.served],
+        times=[repr(2.0 * s.shape.m * s.shape.n * s.shape.k / (s.tflops * 1e6)) if s.tflops > 0 else "0.0"
+               for s in plan.served],
+        tilings=[(g.tile_m, g.tile_n, g.split_k, "true" if g.stream_k else "false")
+                 for g in (c.geometry for c in plan.kernels)],
+        nearest=NEAREST,
+        reach=repr(REACH),
+        sm_count=plan.sm_count,
         pct=_pct,
         devices=", ".join(plan.devices) or "no device",
         precision=plan.precision,

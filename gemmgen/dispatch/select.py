@@ -22,13 +22,15 @@ SHARE_WITHIN = 0.02  # a shape takes a kernel another shape uses if it is within
 @dataclass(frozen=True)
 class Served:
     """A tuned shape: the kernel the dispatcher gives it (``kernel``, an index into
-    DispatchPlan.kernels) and that kernel's score there, next to the best stored one."""
+    DispatchPlan.kernels) and that kernel's score there, next to the best stored one; ``tflops``:
+    that kernel's highest TFLOP/s there (what the dispatcher's choice for untuned shapes scales)."""
 
     shape: Shape
     kernel: int
     score: float | None
     best_kernel: str
     best_score: float | None
+    tflops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class DispatchPlan:
     missing: tuple[Shape, ...]  # shapes asked for with nothing verified stored
     devices: tuple[str, ...]  # the devices the served kernels' scores were measured on
     variant: Variant = Variant()  # what every kernel computes (layouts, C's type, bias, activation)
+    sm_count: int = 0  # SMs of the device the served kernels were measured on (the largest, if several)
 
 
 def _candidates(db, precision: str, shape: Shape, arch: Arch, family: str | None,
@@ -99,13 +102,14 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
         chosen.append(kernel)
         unserved = {s for s in unserved if kernel not in accepts[s]}
     index = {k: i for i, k in enumerate(chosen)}
-    served, devices = [], set()
+    served, devices, sm_count = [], set(), 0
     for shape in shapes:
         if shape not in accepts:
             continue
         mine = max((r for k, r in accepts[shape].items() if k in index), key=Ranked.key)
         top = tops[shape]
-        served.append(Served(shape, index[mine.kernel], mine.score, top.kernel, top.score))
+        served.append(Served(shape, index[mine.kernel], mine.score, top.kernel, top.score, mine.tflops))
         devices.update(mine.devices)
+        sm_count = max(sm_count, mine.sm_count)
     return DispatchPlan(precision, arch, tuple(configs[k] for k in chosen), tuple(served), tuple(missing),
-                        tuple(sorted(devices)), variant)
+                        tuple(sorted(devices)), variant, sm_count)
