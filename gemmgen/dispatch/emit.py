@@ -17,7 +17,8 @@ from gemmgen.problem import Variant
 from gemmgen.render import environment, harness_checks, render_kernel
 
 NEAREST = 4  # an untuned shape takes the kernel of one of this many nearest tuned shapes (see the template),
-REACH = math.log(2.0)  # of those at most this much farther (sum of |log ratio|) than the nearest
+REACH = math.log(2.0)  # of those at most this much farther (sum of |log ratio|) than the nearest,
+SWITCH = 0.85  # and another than the nearest's kernel only where its scaled time is below this share of that one's
 
 
 def _split_includes(source: str) -> tuple[list[str], str]:
@@ -101,6 +102,7 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
                  for g in (c.geometry for c in plan.kernels)],
         nearest=NEAREST,
         reach=repr(REACH),
+        switch=repr(SWITCH),
         sm_count=plan.sm_count,
         pct=_pct,
         devices=", ".join(plan.devices) or "no device",
