@@ -18,7 +18,7 @@ stream of the CUDA context current on the calling thread.
 import ctypes
 from functools import lru_cache
 
-from gemmgen.cublas import CublasError, check_batch, load_toolkit_library
+from gemmgen.cublas import WORKSPACE_BYTES, CublasError, check_batch, driver_library, load_toolkit_library
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.problem import Variant
 
@@ -33,7 +33,6 @@ _PREF_MAX_WORKSPACE_BYTES = 1
 # cublasLtEpilogue_t, by (bias, act)
 EPILOGUES = {("none", "none"): 1, ("none", "relu"): 2, ("col", "none"): 4, ("col", "relu"): 6,
              ("none", "gelu"): 32, ("col", "gelu"): 36}
-WORKSPACE_BYTES = 32 << 20
 
 
 class _Heuristic(ctypes.Structure):
@@ -45,10 +44,7 @@ class _Heuristic(ctypes.Structure):
 
 @lru_cache(maxsize=1)
 def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
-    cuda = ctypes.CDLL("libcuda.so.1")
-    cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
-    cuda.cuMemFree_v2.argtypes = [ctypes.c_uint64]
-    return load_toolkit_library("libcublasLt.so*", "libcublasLt.so"), cuda
+    return load_toolkit_library("libcublasLt.so*", "libcublasLt.so"), driver_library()
 
 
 def supported(variant: Variant) -> str | None:

@@ -12,7 +12,7 @@ import numpy as np
 from gemmgen import verify
 from gemmgen.build import BuildResult, build_kernel, kernel_usage
 from gemmgen.config import KernelConfig
-from gemmgen.cublas import Cublas, baseline_api
+from gemmgen.cublas import WORKSPACE_BYTES, Cublas, baseline_api
 from gemmgen.cublaslt import CublasLt
 from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
@@ -193,7 +193,7 @@ class Bench:
         self.gpu, self.db, self.tag, self.min_total_ms = gpu, db, tag, min_total_ms
         self.interleave, self.batch_count = interleave, batch_count
         self.rng = np.random.default_rng(seed)
-        self.cublas = Cublas()
+        self.cublas = Cublas(WORKSPACE_BYTES)
         self._cublas_lt: CublasLt | None = None  # made for the first variant with an epilogue
         self.checker = GpuChecker(gpu, self.cublas)
         info = gpu.info
