@@ -41,9 +41,11 @@ def dispatcher(request, build_cache):
     precision = request.param
     kernels = _kernels(precision)
     shapes = sorted({Shape(m, n, k) for m, n, k, *_ in call_sequence(SEED)}, key=lambda s: (s.m, s.n, s.k))
-    table = tuple(Served(s, i % len(kernels), 1.0, kernels[i % len(kernels)].name, 1.0)
-                  for i, s in enumerate(shapes[::3]))  # a third of the shapes tuned, the rest nearest
-    plan = DispatchPlan(precision, ARCH, tuple(kernels), table, (), ("test",))
+    # a third of the shapes tuned, with made-up times (TFLOP/s) so that the others go through the
+    # choice by the near rows' times scaled by waves, on this GPU's SMs
+    table = tuple(Served(s, i % len(kernels), 1.0, kernels[i % len(kernels)].name, 1.0, tflops=10.0 * (1 + i % 4))
+                  for i, s in enumerate(shapes[::3]))
+    plan = DispatchPlan(precision, ARCH, tuple(kernels), table, (), ("test",), sm_count=132)
     build = build_library(render_dispatcher(plan, ["--dispatch"]), kernels[0].build_arch)
     assert build.ok, build.log
     return precision, Launcher(build.library)
