@@ -27,6 +27,15 @@ POINTS = [
     ("tf32", {"BM": 96, "BN": 192, "consumers": 1, "stages": 4}),
     ("tf32", {"BM": 192, "BN": 128, "consumers": 2, "stages": 4}),
     ("tf32", {"BM": 48, "BN": 128, "consumers": 2, "stages": 6, "streamk": 1}),
+    # BM any multiple of 8 with swap=1 (and tf32): the tiles that fit a token count (tune --fill)
+    ("fp16", {"BM": 8, "BN": 128, "consumers": 2, "stages": 6, "swap": 1}),
+    ("bf16", {"BM": 80, "BN": 128, "consumers": 2, "stages": 6, "swap": 1, "schedule": "pingpong"}),
+    ("fp16", {"BM": 152, "BN": 256, "consumers": 2, "stages": 4, "swap": 1, "streamk": 1}),
+    ("bf16", {"BM": 200, "BN": 128, "consumers": 2, "stages": 5, "swap": 1, "trans": "nt", "out": "bf16"}),
+    ("fp16", {"BM": 56, "BN": 64, "consumers": 1, "stages": 8, "swap": 1, "out": "fp16"}),
+    ("bf16", {"BM": 136, "BN": 256, "consumers": 2, "stages": 4, "swap": 1, "cluster": 2}),
+    ("tf32", {"BM": 72, "BN": 128, "consumers": 2, "stages": 5}),
+    ("tf32", {"BM": 232, "BN": 64, "consumers": 1, "stages": 4, "streamk": 1}),
 ]
 # odd everywhere (1, 17, 97, 193: one row past a tile), thin, a tile and a half, and large odd
 SHAPES = [Shape(1, 1, 1), Shape(17, 33, 65), Shape(97, 257, 127), Shape(193, 200, 8), Shape(300, 130, 72),
@@ -47,7 +56,8 @@ def test_tile_is_correct(bench, precision, params, shape):
     assert_measured_ok(bench, config.name, config, shape)
 
 
-@pytest.mark.parametrize("precision, params", [POINTS[2], POINTS[7]], ids=_ids([POINTS[2], POINTS[7]]))
+@pytest.mark.parametrize("precision, params", [POINTS[2], POINTS[7], POINTS[15]],
+                         ids=_ids([POINTS[2], POINTS[7], POINTS[15]]))
 def test_tile_library_called_many_times_in_one_process(bench, precision, params):
     """The emitted launcher, loaded once and called over call_sequence's 30 shapes: every result
     within the tolerance of its float64 reference."""

@@ -42,20 +42,29 @@ POINTS = [
 # stream-K steps aside.
 # 16x4096x4096 and 100x1000x3000 have fewer tiles than SMs: all are shared out (many workers per
 # tile; K = 3000 ends in a partial k tile); 7x33x4099 is one or two tiles over 132 workers, N odd.
+# The hybrid (a tail under half a wave takes the last full wave with it): 2200x4096x1000 has 288
+# tiles, so 132 whole ones and then 156 shared by 132 workers (ranges that hold whole tiles); 1152x4096
+# has 144 (all shared, each worker 1 to 2 tiles' worth); 2081x4097x1003 the same with N odd
+# (packed B, direct stores) and K ending in a partial k tile.
 SHAPES = [Shape(1900, 3500, 1500), Shape(896, 4864, 1000), Shape(1900, 3500, 40), Shape(1900, 3501, 1499),
-          Shape(2048, 4096, 512), Shape(16, 4096, 4096), Shape(100, 1000, 3000), Shape(7, 33, 4099)]
+          Shape(2048, 4096, 512), Shape(16, 4096, 4096), Shape(100, 1000, 3000), Shape(7, 33, 4099),
+          Shape(2200, 4096, 1000), Shape(1152, 4096, 1000), Shape(2081, 4097, 1003)]
 
 BENCH_SEED = 7  # the `bench` fixture (conftest.py) draws its inputs from this seed
 
 
 def stream_k_units(kernel, shape) -> int:
-    """The units (cluster-tall tiles) this launch shares out by k: units % workers, where the last
-    wave is at most 3/4 full (HpWork::whole_units in hopper.cu.j2), else none."""
+    """The units (cluster-tall tiles) this launch shares out by k (HpWork::whole_units in
+    hopper.cu.j2): the tail, units % workers, where the last wave is at most 3/4 full and a unit
+    has 8 k tiles or more, with the last full wave where the tail is under half a wave; else none."""
     g = kernel.config.geometry
     workers = kernel.describe(shape.m, shape.n, shape.k).grid[0] // g.cluster  # every SM (cluster)
     gx, gy = -(-shape.n // g.tile_n), -(-shape.m // g.tile_m)
-    sk_units = -(-gy // g.cluster) * gx % workers
-    return sk_units if 4 * sk_units <= 3 * workers else 0
+    units = -(-gy // g.cluster) * gx
+    tail, k_tiles = units % workers, -(-shape.k // kernel.config.derived["BK"])
+    if tail == 0 or 4 * tail > 3 * workers or k_tiles < 8:
+        return 0
+    return tail + workers if 2 * tail < workers and units >= tail + workers else tail
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -67,8 +76,10 @@ def test_stream_k_point_is_correct(bench, precision, params, shape):
 
 @pytest.mark.parametrize("precision, params, shape", [POINTS[0] + (SHAPES[0],), POINTS[2] + (SHAPES[0],),
                                                      POINTS[6] + (SHAPES[5],), POINTS[8] + (SHAPES[5],),
-                                                     POINTS[7] + (SHAPES[6],)],
-                         ids=["fp16", "tf32-x2", "fp16-thin-swap", "tf32-thin", "bf16-thin"])
+                                                     POINTS[7] + (SHAPES[6],), POINTS[0] + (SHAPES[8],),
+                                                     POINTS[1] + (SHAPES[9],)],
+                         ids=["fp16", "tf32-x2", "fp16-thin-swap", "tf32-thin", "bf16-thin", "fp16-hybrid",
+                              "bf16-x2-hybrid"])
 def test_stream_k_is_deterministic_and_leaves_its_flags_zero(bench, precision, params, shape):
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     kernel = load_kernel(bench, config)

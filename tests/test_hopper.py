@@ -14,7 +14,7 @@ from conftest import launcher_of, nvcc_compile
 
 from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
-from gemmgen.errors import InvalidPoint, ToolNotFound
+from gemmgen.errors import InvalidParameter, InvalidPoint, ToolNotFound
 from gemmgen.points import point_spec, resolve_point
 from gemmgen.render import render_kernel
 from gemmgen.runtime import ShapeRefused
@@ -382,7 +382,9 @@ def test_stream_k_point_name_geometry_and_workspace():
 def test_stream_k_source_and_launcher():
     source = render_kernel(make_config("hopper", {**DEFAULT, "streamk": 1}, "fp16", "sm_90"))
     # the schedule: whole units, then a range taken from its end; stream-K only for a last wave at most 3/4 full
-    assert "const bool worth = 4 * sk_units <= 3 * workers && (long long)sk_units * k_tiles <= INT_MAX;" in source
+    # and units of 8 k tiles or more; the last full wave joins a tail under half a wave (the hybrid)
+    assert "if (tail == 0 || 4 * tail > 3 * workers || k_tiles < 2 * SK_MIN_K_TILES)" in source
+    assert "const int sk_units = 2 * tail < workers && units >= tail + workers ? tail + workers : tail;" in source
     assert "const int unit_start = (it_end - 1) / k_tiles * k_tiles, from = max(it, unit_start);" in source
     # partial sums out with a release, in with an acquire, flags reset by the finishing block
     assert "st.release.gpu.global.u32" in source and "ld.acquire.gpu.global.u32" in source
@@ -472,9 +474,10 @@ def test_tiles_of_48_96_and_192_rows(params, precision, wgmma, derived):
 
 
 @pytest.mark.parametrize("params, precision, expected", [
-    ({"BM": 16}, "fp16", "BM=16 < 64 fits only with swap=1"),
-    ({"BM": 48}, "bf16", "BM=48 < 64 fits only with swap=1"),
-    ({"BM": 96, "consumers": 1}, "fp16", r"BM=96 must be a multiple of 64\*consumers"),
+    ({"BM": 16}, "fp16", "BM=16 is not a multiple of 64: it fits only with swap=1"),
+    ({"BM": 48}, "bf16", "BM=48 is not a multiple of 64: it fits only with swap=1"),
+    ({"BM": 96, "consumers": 1}, "fp16", "BM=96 is not a multiple of 64: it fits only with swap=1"),
+    ({"BM": 192, "consumers": 2}, "fp16", r"BM=192 must be a multiple of 64\*consumers"),
     ({"BM": 96, "BN": 256, "consumers": 1, "swap": 1}, "fp16", "= 4\\*48 = 192 registers per consumer thread; at most 160"),
     ({"swap": 1}, "tf32", r"tf32 always computes C\^T = B\^T A\^T"),
     ({"swap": 1, "overlap": 1}, "fp16", "use overlap=0 there"),
@@ -482,6 +485,12 @@ def test_tiles_of_48_96_and_192_rows(params, precision, wgmma, derived):
 def test_swap_constraints(params, precision, expected):
     with pytest.raises(InvalidPoint, match=expected):
         make_config("hopper", {**DEFAULT, **params}, precision, "sm_90")
+
+
+def test_bm_is_any_multiple_of_8_with_swap():
+    assert make_config("hopper", {**DEFAULT, "BM": 104, "BN": 128, "swap": 1}, "fp16", "sm_90").derived["WGMMA_N"] == 104
+    with pytest.raises(InvalidParameter, match="BM=100 is not allowed; BM must be one of: 8, 16, 24, .*, 248, 256"):
+        make_config("hopper", {**DEFAULT, "BM": 100, "swap": 1}, "fp16", "sm_90")
 
 
 # ---- A stored K x M (trans tn, tt) ----------------------------------------------------------------

@@ -58,13 +58,16 @@ item's first k tiles, after its wgmmas are issued, so the tensor cores multiply 
 item of fewer k tiles leaves is stored after its k loop, and the last tile's half at the end.
 
 With ``streamk`` = 1 (coop only), the grid is every SM, and the tiles of the last, partial wave
-are shared out by k among all blocks (stream-K; where that wave is at most 3/4 full, so all tiles
-where there are at most 3/4 as many as SMs: split-K for thin and small problems, with a split the
-kernel works out from the shape): each takes a near-equal range (at least 4 k tiles) of their
-k tiles laid end to end, the part in its later tile first (so that all blocks read the same k
-tiles at once, from L2), and the block holding a tile's last k tiles adds the others' partial
-sums, left in the workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and
-stores C. The schedule is HpWork in the template; the kernel decides it at run time.
+are shared out by k among all blocks (stream-K; where that wave is at most 3/4 full and a tile
+has at least 8 k tiles; all tiles where there are at most 3/4 as many as SMs: split-K for thin
+and small problems, with a split the kernel works out from the shape). Where the partial wave is
+under half full, the last full wave joins it (the data-parallel + stream-K hybrid), so that each
+block takes 1 to 1.5 tiles' worth and a tile's partial sums come from two or three blocks rather
+than a dozen. Each block takes a near-equal range (at least 4 k tiles) of their k tiles laid end
+to end, the part in its last tile first (so that all blocks read the same k tiles at once, from
+L2), and the block holding a tile's last k tiles adds the others' partial sums, left in the
+workspace (a slot and a flag each; the launcher sizes it), in a fixed order, and stores C. The
+schedule is HpWork in the template; the kernel decides it at run time.
 
 With ``batch=strided`` (the variant; the launcher takes the batch count and the strides) one
 launch computes every matrix of a strided batch: the work is batch x the units of one matrix, one
@@ -90,6 +93,9 @@ from gemmgen.families.base import Family, Geometry, Param, Tma, divides
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 160  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom (144 = three m64n96 blocks, cuBLAS's 192x96 tile, compiles without spills)
+# Rows of a tile: wgmma's N takes 8..256 in steps of 8, which is what BM is with swap=1 (and for tf32);
+# without swap the rows are m64 blocks (check() says so).
+BM_CHOICES = tuple(range(8, 257, 8))
 BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 ALIGN_SLACK = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles; the dynamic base is 128-aligned
 # The TMA-store epilogue stages C in boxes of 16 rows x 32 fp32 columns (one 128-byte swizzled row
@@ -184,9 +190,9 @@ def check(p, precision, d):
                  "trans=nn or nt)")
     if p["swap"] and d["TF32_FRAGS"]:
         v.append("tf32 always computes C^T = B^T A^T (wgmma reads its operands K-major only): leave swap=0")
-    if p["BM"] < 64 and not d["SWAP_AB"]:
-        v.append(f"BM={p['BM']} < 64 fits only with swap=1 (the rows of the tile become wgmma's N); wgmma's M "
-                 "is 64 rows")
+    if p["BM"] % 64 and not d["SWAP_AB"]:
+        v.append(f"BM={p['BM']} is not a multiple of 64: it fits only with swap=1 (the rows of the tile become "
+                 "wgmma's N, any multiple of 8); wgmma's M is 64 rows")
     if p["schedule"] == "pingpong":
         if p["streamk"]:
             v.append("streamk=1 shares tiles between blocks by k, which schedule=pingpong's alternating tiles do "
@@ -194,8 +200,9 @@ def check(p, precision, d):
         if p["consumers"] != 2:
             v.append(f"schedule=pingpong alternates tiles between two consumer warpgroups: consumers={p['consumers']} "
                      "must be 2")
-        divides(v, f"a consumer's tile {what} must be whole m64 wgmma tiles", split, p[split], "64", 64)
-    else:
+        if d["SWAP_AB"] or p["BM"] % 64 == 0:
+            divides(v, f"a consumer's tile {what} must be whole m64 wgmma tiles", split, p[split], "64", 64)
+    elif d["SWAP_AB"] or p["BM"] % 64 == 0:
         divides(v, f"each consumer warpgroup's {what} must be whole m64 wgmma tiles", split, p[split],
                 "64*consumers", 64 * p["consumers"])
     divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
@@ -226,7 +233,9 @@ FAMILY = Family(
     doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
     precisions=("fp16", "bf16", "tf32"),
     params=(
-        Param("BM", (16, 32, 48, 64, 96, 128, 192, 256), "rows of C per tile (16, 32, 48: swap=1 or tf32 only)"),
+        Param("BM", BM_CHOICES, "rows of C per tile: multiples of 64 (whole m64 wgmma blocks per consumer), or with "
+                                "swap=1 and for tf32 any multiple of 8 (the rows are wgmma's N), so that a tile count "
+                                "fits the SMs at any M"),
         Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile (tf32: "
                                    "BN/consumers columns)"),
@@ -236,10 +245,11 @@ FAMILY = Family(
                                                  "alternate tiles, one storing while the other multiplies"),
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
                                  "B tile they have in common and multicasts it to both (1 = no cluster)"),
-        Param("streamk", (0, 1), "1: the tiles of the last, partial wave (all of them where there are fewer "
-                                 "tiles than SMs) are shared out by k among all blocks (stream-K), the block "
-                                 "with a tile's last k tiles adding the others' partial sums; 0: every block "
-                                 "computes whole tiles"),
+        Param("streamk", (0, 1), "1: the tiles of the last, partial wave (with the last full wave where the "
+                                 "partial one is under half full; all of them where there are fewer tiles than "
+                                 "SMs) are shared out by k among all blocks (stream-K), the block with a tile's "
+                                 "last k tiles adding the others' partial sums; 0: every block computes whole "
+                                 "tiles"),
         Param("swap", (0, 1), "1 (fp16/bf16): compute C^T = B^T A^T, the tile's rows being wgmma's N and each "
                               "consumer taking BN/consumers columns, so that thin problems (M = 16..64) need "
                               "no 64-row tiles; C stored directly. tf32 always does this (leave 0)"),
