@@ -45,6 +45,39 @@ def shape_distance(a: Shape, b: Shape) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
 
 
+def _baseline_key(r) -> tuple:
+    return r.device, r.batch_count, r.M, r.N, r.K
+
+
+def _baselines(rows) -> dict[tuple, list]:
+    """cuBLAS's timed rows among ``rows``: (device, batch count, M, N, K) -> [(when, row)]."""
+    found = defaultdict(list)
+    for r in rows:
+        if r.family == "cublas" and r.tflops:
+            found[_baseline_key(r)].append((datetime.fromisoformat(r.created_at), r))
+    return found
+
+
+def _nearest(times: list, created_at: str):
+    """The cuBLAS row of ``times`` taken nearest in time to ``created_at``."""
+    when = datetime.fromisoformat(created_at)
+    return min(times, key=lambda c: abs((c[0] - when).total_seconds()))[1]
+
+
+def paired_baselines(rows) -> list[tuple]:
+    """(row, cuBLAS's TFLOP/s nearest in time, cuBLAS's median TFLOP/s there) for each timed
+    kernel row of ``rows`` (results of one precision and variant) that has a cuBLAS row at its
+    shape, device and batch count: the pairing ``ranked`` judges by, for the selection model's
+    drift correction."""
+    base = _baselines(rows)
+    out = []
+    for r in rows:
+        times = base.get(_baseline_key(r))
+        if r.family != "cublas" and r.tflops and times:
+            out.append((r, _nearest(times, r.created_at).tflops, statistics.median(c.tflops for _, c in times)))
+    return out
+
+
 def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
            variant: Variant = Variant(), batch_count: int | None = None) -> list[Ranked]:
     """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
@@ -55,10 +88,7 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
     that many products per launch (None: every count, each against cuBLAS's of its count)."""
     rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
                       batch_count=batch_count)
-    cublas = defaultdict(list)  # (device, batch count) -> [(time, TFLOP/s)]
-    for r in rows:
-        if r.family == "cublas" and r.tflops:
-            cublas[r.device, r.batch_count].append((datetime.fromisoformat(r.created_at), r.tflops))
+    cublas = _baselines(rows)
     ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
     sms = defaultdict(int)
     for r in rows:
@@ -69,10 +99,9 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
         runs[r.kernel] += 1
         devices[r.kernel].add(r.device)
         sms[r.kernel] = max(sms[r.kernel], r.sm_count)
-        if cublas[r.device, r.batch_count]:
-            when = datetime.fromisoformat(r.created_at)
-            _, base = min(cublas[r.device, r.batch_count], key=lambda c: abs((c[0] - when).total_seconds()))
-            ratios[r.kernel].append(r.tflops / base)
+        times = cublas.get(_baseline_key(r))
+        if times:
+            ratios[r.kernel].append(r.tflops / _nearest(times, r.created_at).tflops)
     found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
                     tuple(sorted(devices[k])), sms[k]) for k in fastest]
     return sorted(found, key=Ranked.key, reverse=True)
