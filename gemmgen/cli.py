@@ -160,8 +160,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from gemmgen.tune.devices import TuneSpec, parse_devices, tune
     from gemmgen.tune.progress import Progress
 
-    if args.trials < 1:
-        raise InvalidParameter("--trials must be at least 1")
+    if args.trials < (0 if args.fill else 1):
+        raise InvalidParameter("--trials must be at least 1 (0 only with --fill: measure between the tuned token "
+                               "counts, tune nothing new)")
+    if args.fill and not args.workload:
+        raise InvalidParameter("--fill measures between a workload's token counts: it goes with --workload FILE")
     if args.workload:
         from gemmgen.tune.workload import format_report, plan, tune_workload
         from gemmgen.workload import load_workload
@@ -193,7 +196,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(format_report(workload, results, variant))
         if interrupted:
             print("interrupted: every trial so far is stored; run the same command again to go on")
-        return 130 if interrupted else 0
+            return 130
+        if args.fill:
+            _fill_workload(args, workload, pairs, arch, variant, url, devices[0])
+        return 0
     if not args.family:
         raise InvalidParameter("--family is required with --shape (e.g. gemmgen tune --family warp --shape 4096); "
                                "only --workload picks one per precision")
@@ -221,6 +227,38 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress.close()
     print_tune_report(report, space.family, precision, list(shapes), spec.jobs, args.gpu, variant)
     return 130 if report.interrupted else 0
+
+
+def _fill_workload(args, workload, pairs, arch, variant, url: str, device: int) -> None:
+    """`tune --workload FILE --fill`: gemmgen.tune.fill for each (precision, family) of ``pairs``."""
+    import os
+    from collections import defaultdict
+
+    from gemmgen.db import ResultsDB
+    from gemmgen.measure import Bench
+    from gemmgen.runtime import Gpu
+    from gemmgen.space import load_space
+    from gemmgen.tune.fill import plan_fill, run_fill
+
+    layers = defaultdict(list)
+    for shape in workload.shapes:
+        layers[shape.n, shape.k].append(shape.m)
+    log = lambda line: print(f"gemmgen tune: {line}", file=sys.stderr)  # noqa: E731
+    with Gpu(device) as gpu:
+        db = ResultsDB(url)
+        bench = Bench(gpu, db, tag="fill", seed=args.seed, min_total_ms=60.0, interleave=True)
+        try:
+            for precision, family in pairs:
+                plan = plan_fill(db, load_space(family), precision, arch, variant, dict(layers),
+                                 points=args.fill_points, seed=args.seed or 0)
+                log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
+                    f"{sum(len(p.configs) for p in plan)} measurements")
+                found = run_fill(plan, bench, jobs=args.jobs or os.cpu_count() or 1, limit_s=args.timeout, log=log)
+                ratios = [r for _, _, r in found if r]
+                print(f"fill {precision}: {len(found)} measured, {len(ratios)} verified and timed"
+                      + (f", best ratio to cuBLAS {max(ratios):.3f}" if ratios else ""))
+        finally:
+            bench.close()
 
 
 def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str | None,
@@ -335,11 +373,10 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     url = resolve_url(args.db)
     plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant,
                          batch_count=args.batch_count)
-    for shape in plan.missing:
-        print(f"gemmgen: nothing verified stored at {shape} for {precision}{variant.suffix} on {arch.name}: "
-              "served by a nearby tuned shape's kernel", file=sys.stderr)
-    served = ", ".join(f"{s.shape} -> {plan.kernels[s.kernel].name}" for s in plan.served)
-    print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} shape(s): {served}",
+    predicted = [f"{layer.n}x{layer.k}" for layer in plan.layers if not any(s.measured for s in layer.spans)]
+    print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.layers)} layer(s) (N x K), every M "
+          f"from 1 to {plan.max_m}: {sum(len(layer.spans) for layer in plan.layers)} spans"
+          + (f"; nothing measured on {', '.join(predicted)}: its choices are predicted" if predicted else ""),
           file=sys.stderr)
     if args.workload:
         emit_args = ["--dispatch", "--workload", args.workload, "--precision", precision, "--gpu", arch.name]
@@ -598,7 +635,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "that break a constraint are recorded but not counted. With --workload: per shape, the trials "
                    "its study should have in all (a shape that has them is skipped, so a re-run goes on)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials after this long "
-                   "(with --workload: per shape)")
+                   "(with --workload: per shape; with --fill also the fill's measuring time per precision)")
+    p.add_argument("--fill", action="store_true", help="with --workload, after its shapes: measure candidate kernels "
+                   "at token counts between and around the listed ones, where the selection model's choice changes "
+                   "(gemmgen/tune/fill.py), so that a dispatcher's choice at any M rests on measurements near it")
+    p.add_argument("--fill-points", type=int, default=28, metavar="N", help="token counts the fill measures per "
+                   "layer (default 28)")
     add_variant_arguments(p)
     _add_batch_count(p)
     p.add_argument("--study", help="study name (default: family-precision<variant>-arch-shapes, the variant's "

@@ -15,6 +15,9 @@ class SearchSpace:
     family: str
     precisions: tuple[str, ...]
     params: dict[str, tuple]  # parameter -> values to explore, each allowed by the family
+    # [[fit]] tables: tile shapes whose BM `tune --workload` fits to each token count (gemmgen.tune.fill);
+    # each gives some of the family's parameters, BM left to the fit
+    fits: tuple[dict, ...] = ()
 
     def sample(self, rng: random.Random) -> dict:
         """One point drawn uniformly from the space (it may still break a constraint)."""
@@ -79,7 +82,15 @@ def load_space(family: str) -> SearchSpace:
     bad = [p for p in precisions if p not in fam.precisions]
     if bad:
         raise GemmgenError(f"{path}: precisions {bad} not taken by family {fam.name!r} ({', '.join(fam.precisions)})")
-    return SearchSpace(fam.name, precisions, {p.name: params[p.name] for p in fam.params})
+    fits = []
+    for i, raw_fit in enumerate(data.get("fit", [])):
+        try:
+            if not isinstance(raw_fit, dict) or "BM" in raw_fit:
+                raise GemmgenError("each [[fit]] gives parameters other than BM (the fit chooses BM)")
+            fits.append({fam.param(name).name: fam.param(name).parse(value) for name, value in raw_fit.items()})
+        except GemmgenError as err:
+            raise GemmgenError(f"{path}: [[fit]] {i + 1}: {err}") from None
+    return SearchSpace(fam.name, precisions, {p.name: params[p.name] for p in fam.params}, tuple(fits))
 
 
 def all_spaces() -> dict[str, SearchSpace]:

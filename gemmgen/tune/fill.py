@@ -1,0 +1,168 @@
+"""`gemmgen tune --workload FILE --fill`: token counts as a continuum.
+
+A workload lists a few token counts per layer (N x K); a model is called at any. After the listed
+shapes are tuned, the fill measures, for each layer, candidate kernels at token counts between
+and around the listed ones, so that the dispatcher's choice at every M rests on measurements
+near it (gemmgen.dispatch.model interpolates a kernel's measurements along M):
+
+- Where: the token counts at which the selection model's choice changes (the boundaries of its
+  table for the layer, and the count just before each), the geometric midpoints of the listed
+  counts, and a few drawn at random (log-uniform, seeded), at most ``points`` per layer.
+- What: at each, the ``per_m`` kernels the model predicts fastest among those measured on the
+  layer and their stream-K twins (the hybrid, for whole-tile coop kernels), the ``per_m``
+  fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
+  multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the first
+  whole-tile kernel picked.
+- How: each is built (in parallel), checked against float64 and timed in alternation with cuBLAS
+  (gemmgen.measure.Bench), and every outcome is recorded, as a tune's trials are.
+"""
+
+import math
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmgen.arch import Arch
+from gemmgen.build import build_kernel
+from gemmgen.config import KernelConfig, make_config
+from gemmgen.dispatch.model import TimeModel, stored_samples
+from gemmgen.errors import GemmgenError, InvalidPoint
+from gemmgen.families import get_family
+from gemmgen.families.base import cdiv
+from gemmgen.problem import Shape, Variant
+from gemmgen.space import SearchSpace
+
+MIN_BM = 8
+
+
+@dataclass(frozen=True)
+class FillPoint:
+    shape: Shape
+    configs: tuple[KernelConfig, ...]
+
+
+def fitted_tiles(space: SearchSpace, precision: str, arch: Arch, variant: Variant, m: int) -> list[KernelConfig]:
+    """For each of ``space.fits``, a tile for each count of tile rows that M can take: BM the
+    least multiple of 8 that covers M in that many rows (at most 256), as valid configs (stages
+    lowered until the tile fits; a BM the family refuses is skipped)."""
+    out = []
+    for base in space.fits:
+        for bm in sorted({max(MIN_BM, cdiv(cdiv(m, rows), 8) * 8) for rows in range(1, cdiv(m, MIN_BM) + 1)}):
+            if bm <= 256:
+                config = _valid({**base, "BM": bm, **dict(variant.items)}, precision, arch, space.family)
+                if config is not None:
+                    out.append(config)
+    return out
+
+
+def _valid(params: dict, precision: str, arch: Arch, family: str) -> KernelConfig | None:
+    """The config of ``params``, with fewer stages where its tile does not fit; None where nothing fits."""
+    allowed = get_family(family).param("stages").choices
+    for stages in sorted((s for s in allowed if s <= params.get("stages", max(allowed))), reverse=True):
+        try:
+            return make_config(family, {**params, "stages": stages}, precision, arch)
+        except InvalidPoint as err:
+            if not any("shared memory" in v for v in err.violations):
+                return None
+    return None
+
+
+def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
+    """``config`` with streamk=1 where it computes whole tiles in the coop schedule (the hybrid)."""
+    p = config.params
+    if p.get("streamk", 1) != 0 or p.get("schedule") != "coop":
+        return None
+    try:
+        return make_config(config.family, {**p, **dict(config.variant.items), "streamk": 1}, config.precision,
+                           config.arch)
+    except InvalidPoint:
+        return None
+
+
+def fill_counts(model: TimeModel, layer_kernels: list[KernelConfig], n: int, k: int, listed: list[int],
+                points: int, seed: int) -> list[int]:
+    """The token counts to measure on layer N x K (see the module), at most ``points``: taken in
+    turn from the model's boundaries, the midpoints of the listed counts and random ones (half
+    uniform, half log-uniform in [1, the largest listed]), so that a cap keeps a mix of all three."""
+    top = max(listed)
+    boundaries: list[int] = []
+    if layer_kernels:
+        ms = np.arange(1, top + 1)
+        choice = np.stack([model.predict_m(c, n, k, ms) for c in layer_kernels]).argmin(axis=0)
+        for i in np.nonzero(choice[1:] != choice[:-1])[0]:
+            boundaries += [int(ms[i]), int(ms[i + 1])]  # the last count of one kernel's range, the first of the next
+    ordered = sorted(set(listed))
+    middle = [round(math.sqrt(a * b)) for a, b in zip(ordered, ordered[1:]) if b > a + 1]
+    rng = random.Random(seed)
+    drawn = [rng.randint(1, top) if i % 2 else round(math.exp(rng.uniform(0.0, math.log(top)))) for i in range(points)]
+    sources = [boundaries[::max(1, len(boundaries) // max(1, points // 3))], middle, drawn]
+    out: list[int] = []
+    while len(out) < points and any(sources):
+        for source in sources:
+            while source:
+                m = source.pop(0)
+                if m not in listed and m not in out and 1 <= m <= top:
+                    out.append(m)
+                    break
+    return sorted(out[:points])
+
+
+def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Variant, layers: dict[tuple[int, int], list[int]],
+              *, points: int = 24, per_m: int = 2, seed: int = 0) -> list[FillPoint]:
+    """What to measure for each layer (N, K) -> its listed token counts (see the module). Raises
+    GemmgenError where nothing of the precision and variant is stored yet (tune the listed shapes first)."""
+    samples, configs, sms, _ = stored_samples(db, precision, arch, variant, space.family)
+    model = TimeModel.fit(samples, configs, sms)
+    plan = []
+    for (n, k), listed in layers.items():
+        measured = sorted({s.kernel for s in samples if (s.shape.n, s.shape.k) == (n, k)})
+        layer_kernels = [configs[name] for name in measured]
+        twins = [t for t in (stream_k_twin(c) for c in layer_kernels) if t is not None]
+        known = {c.name: c for c in layer_kernels + twins}
+        for m in fill_counts(model, layer_kernels, n, k, listed, points, seed):
+            picked: list[KernelConfig] = []
+            shape = Shape(m, n, k)
+            for group in (list(known.values()), fitted_tiles(space, precision, arch, variant, m)):
+                ranked = sorted(group, key=lambda c: model.predict(c, shape))
+                picked += [c for c in ranked if c.name not in {p.name for p in picked}][:per_m]
+            # the stream-K twin of the fastest whole-tile kernel picked, which the model knows least
+            twin = next((t for t in map(stream_k_twin, picked) if t is not None), None)
+            if twin is not None and twin.name not in {p.name for p in picked}:
+                picked.append(twin)
+            plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
+    return plan
+
+
+def _build(config: KernelConfig) -> tuple[str, bool, str]:
+    try:
+        result = build_kernel(config)
+        return config.name, result.ok, "" if result.ok else result.log[-300:]
+    except GemmgenError as err:
+        return config.name, False, str(err)
+
+
+def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
+             log: Callable[[str], None]) -> list[tuple[Shape, str, float | None]]:
+    """Builds every kernel of ``plan`` (``jobs`` processes), then measures each point's kernels
+    with ``bench`` (a gemmgen.measure.Bench that times in alternation with cuBLAS and records),
+    stopping after ``limit_s`` seconds of measuring. Returns (shape, kernel, ratio to cuBLAS or None)."""
+    configs = {c.name: c for p in plan for c in p.configs}
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        failed = [(name, why) for name, ok, why in pool.map(_build, configs.values()) if not ok]
+    for name, why in failed:
+        log(f"fill: {name} did not build: {why.splitlines()[-1] if why else ''}")
+    start, out = time.monotonic(), []
+    for i, point in enumerate(plan):
+        if limit_s is not None and time.monotonic() - start > limit_s:
+            log(f"fill: stopped after {limit_s:.0f} s, {len(plan) - i} token counts not measured")
+            break
+        for config in point.configs:
+            result = bench.measure_point("fill", config, point.shape)
+            out.append((point.shape, config.name, result.baseline_ratio))
+            ratio = f"{result.baseline_ratio:.3f} of cuBLAS" if result.baseline_ratio else result.status
+            log(f"fill: {point.shape} {config.name}: {ratio}")
+    return out
