@@ -10,12 +10,14 @@
   through one kernel and through a dispatcher.
 - The refusals during a capture (release(), a library without the caller's workspace) leave the
   capture valid.
-- The host time of an eager call that takes its workspace from torch, against torch.mm's.
+- gemmgen.torch.Linear and patch against nn.Linear: the same outputs within bf16's rounding, eager,
+  compiled, and captured; state_dict both ways.
 
 Every kernel is emitted here and loaded with gemmgen.torch.load (built by nvcc for its target), as
 tests/test_gpu_torch.py does. The stream-K kernels (hopper) need sm_90; the rest run on sm_80+.
 """
 
+import copy
 import random
 import re
 
@@ -52,7 +54,7 @@ def arch():
 @pytest.fixture(scope="module")
 def ops(arch, tmp_path_factory, build_cache):
     """name -> GemmOp, each emitted and loaded by gemmgen.torch.load:
-    sk: hopper stream-K computing F.linear in bf16 with the bias (sm_90);
+    sk / sk_nobias: hopper stream-K computing F.linear in bf16 with / without the bias (sm_90);
     mma_split: mma, split 4 ways along K, F.linear in bf16 with the bias;
     splitk: the named fp32 split-K point (A @ B into fp32 C);
     dispatcher: F.linear with the bias through sk (tuned for 4096^3) and a thin swap-AB hopper
@@ -73,6 +75,7 @@ def ops(arch, tmp_path_factory, build_cache):
         thin = make_config("hopper", {**NAMED_POINTS["hopper_bf16"].params, "BM": 32, "BN": 128, "consumers": 1,
                                       "swap": 1, "overlap": 0, "trans": "nt", "out": "bf16", "bias": "col"}, "bf16", arch)
         sources["sk"] = render_kernel(sk)
+        sources["sk_nobias"] = render_kernel(make_config("hopper", HOPPER, "bf16", arch))
         plan = DispatchPlan("bf16", arch, (sk, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, sk.name, 1.0),
                                                        Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
                             ("test",), Variant("nt", "bf16", "col"))
@@ -290,6 +293,85 @@ def test_an_eager_call_allocates_its_workspace_from_torch(ops):
     assert op.launcher.held(side.cuda_stream).partial_bytes == 0
     verdict = judge_linear(y, x, w, b)
     assert verdict.ok, verdict.message
+
+
+# ---- gemmgen.torch.Linear and patch ----
+
+class MLP(torch.nn.Module):
+    """Llama's feed-forward shape, small: gate and up (no bias), SiLU, down (no bias); a head with a bias."""
+
+    def __init__(self, dim=1024, hidden=2816):
+        super().__init__()
+        self.gate = torch.nn.Linear(dim, hidden, bias=False)
+        self.up = torch.nn.Linear(dim, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, dim, bias=False)
+        self.head = torch.nn.Linear(dim, 1000)
+
+    def forward(self, x):
+        return self.head(self.down(F.silu(self.gate(x)) * self.up(x)))
+
+
+def test_patched_model_matches_the_stock_one(ops):
+    """patch swaps the four layers (two ops: with and without a bias); outputs match the stock
+    model within bf16's rounding for 1-D, 2-D and 3-D inputs and rows that are not contiguous;
+    state_dicts stay interchangeable; a patched layer alone is right by float64."""
+    no_bias, bias = needs(ops, "sk_nobias"), needs(ops, "sk")
+    torch.manual_seed(SEED)
+    stock = MLP().to(device="cuda", dtype=BF).eval()
+    patched = copy.deepcopy(stock)
+    report = gt.patch(patched, [no_bias, bias])
+    assert report.swapped == ["gate", "up", "down", "head"] and report.left == {}
+    assert patched.head.op is bias and patched.gate.op is no_bias
+    gen = torch.Generator(device="cuda").manual_seed(SEED + 6)
+    failures = []
+    with torch.no_grad():
+        for shape in ((1024,), (7, 1024), (3, 77, 1024), (7, 2048)):
+            x = (torch.rand(*shape, device="cuda", generator=gen) * 2 - 1).to(BF)
+            if shape[-1] == 2048:
+                x = x[:, ::2]  # every other column: rows not contiguous (Linear copies them)
+            got, want = patched(x), stock(x)
+            assert got.shape == want.shape and got.dtype == BF
+            if (apart := close_to(got, want)):
+                failures.append(f"{tuple(x.shape)}: {apart}")
+        x = (torch.rand(300, 1024, device="cuda", generator=gen) * 2 - 1).to(BF)
+        verdict = judge_linear(patched.head(x), x, stock.head.weight, stock.head.bias)
+        assert verdict.ok, verdict.message
+    assert not failures, "\n".join(failures)
+    again = MLP().to(device="cuda", dtype=BF)
+    again.load_state_dict(patched.state_dict())
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in stock.state_dict().items())
+
+
+def test_patched_model_compiles_and_captures(ops):
+    """The patched model under torch.compile(fullgraph=True, dynamic=True) for several token
+    counts, and its eager forward captured into a CUDA graph at a batch size first seen there;
+    both as the stock model."""
+    no_bias, bias = needs(ops, "sk_nobias"), needs(ops, "sk")
+    torch.manual_seed(SEED + 1)
+    stock = MLP().to(device="cuda", dtype=BF).eval()
+    patched = copy.deepcopy(stock)
+    gt.patch(patched, [no_bias, bias])
+    gen = torch.Generator(device="cuda").manual_seed(SEED + 7)
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(patched, fullgraph=True, dynamic=True, backend=counter)
+    failures = []
+    with torch.no_grad():
+        for tokens in (5, 64, 333):
+            x = (torch.rand(tokens, 1024, device="cuda", generator=gen) * 2 - 1).to(BF)
+            if (apart := close_to(compiled(x), stock(x))):
+                failures.append(f"compiled, {tokens} tokens: {apart}")
+        x = (torch.rand(48, 1024, device="cuda", generator=gen) * 2 - 1).to(BF)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+            y = patched(x)
+        x.copy_((torch.rand(48, 1024, device="cuda", generator=gen) * 2 - 1).to(BF))
+        graph.replay()
+        torch.cuda.synchronize()
+        if (apart := close_to(y, stock(x))):
+            failures.append(f"captured: {apart}")
+    assert not failures, "\n".join(failures)
+    assert counter.frame_count == 1
 
 
 def test_host_time_of_an_eager_call(ops):

@@ -1,7 +1,8 @@
 """gemmgen.torch as torch sees it, without a GPU: the registered operators (torch.ops.gemmgen.gemm
 and gemm_out) and their schemas, their fake implementation (C's shape, dtype, strides and device,
 and the same refusals as an eager call) on FakeTensors of a CUDA device, torch.compile with
-fullgraph=True over static and dynamic shapes (one graph, the operator one node of it).
+fullgraph=True over static and dynamic shapes (one graph, the operator one node of it), and the
+drop-in modules: gemmgen.torch.Linear's state_dict against nn.Linear's, and patch's report.
 
 No library is loaded: a GemmOp here wraps a stand-in launcher that has only what a GemmOp reads
 (precision, variant, name) and no launch functions, so any call that reached the launcher would
@@ -17,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
-from gemmgen.errors import GemmgenError  # noqa: E402
+from gemmgen.errors import GemmgenError, InvalidParameter  # noqa: E402
 from gemmgen.problem import Variant  # noqa: E402
 from gemmgen.torch_checks import TensorError  # noqa: E402
 
@@ -33,6 +34,7 @@ def op_of(variant: str, precision: str = "bf16", path: str = "/libs/libgemm.so")
 
 
 LINEAR = op_of("nt bf16 col none", path="/libs/linear_bias.so")
+LINEAR_NO_BIAS = op_of("nt bf16 none none", path="/libs/linear.so")
 
 
 def fake(*shape, dtype=BF):
@@ -169,3 +171,146 @@ def test_a_gemm_op_is_one_handle_under_copies():
     assert copy.deepcopy({"op": LINEAR})["op"] is LINEAR
     assert LINEAR.__reduce__() == (gt._reload, ("/libs/linear_bias.so", "gemmgen_gemm"))
 
+
+# ---- gemmgen.torch.Linear ----
+
+def test_linear_has_nn_linears_state_dict_both_ways():
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(64, 32, dtype=BF)
+    mine = gt.Linear(64, 32, dtype=BF, op=LINEAR)
+    assert isinstance(mine, torch.nn.Linear) and mine.op is LINEAR
+    assert list(mine.state_dict()) == list(stock.state_dict()) == ["weight", "bias"]
+    mine.load_state_dict(stock.state_dict())
+    assert torch.equal(mine.weight, stock.weight) and torch.equal(mine.bias, stock.bias)
+    other = torch.nn.Linear(64, 32, dtype=BF)
+    with torch.no_grad():
+        mine.weight.add_(1.0)
+    other.load_state_dict(mine.state_dict())
+    assert torch.equal(other.weight, mine.weight) and not torch.equal(other.weight, stock.weight)
+    bare = gt.Linear(64, 32, bias=False, dtype=BF, op=LINEAR_NO_BIAS)
+    assert list(bare.state_dict()) == ["weight"] and bare.bias is None
+    assert repr(bare) == ("Linear(in_features=64, out_features=32, bias=False, op=GemmOp('/libs/linear.so', "
+                          "precision='bf16', variant='nt bf16 none none'))")
+
+
+def test_from_linear_holds_the_same_parameters():
+    stock = torch.nn.Linear(16, 8, dtype=HALF).eval()
+    mine = gt.Linear.from_linear(stock, op_of("nt fp16 col none", "fp16"))
+    assert mine.weight is stock.weight and mine.bias is stock.bias and not mine.training
+    assert (mine.in_features, mine.out_features) == (16, 8)
+    assert list(dict(mine.named_parameters())) == ["weight", "bias"]
+
+
+@pytest.mark.parametrize("op, layer, why", [
+    (LINEAR_NO_BIAS, dict(bias=True), "the layer has a bias, one per output feature (--bias col), and linear.so "
+                                      "adds none"),
+    (LINEAR, dict(bias=False), "the layer has no bias (--bias none), and linear_bias.so adds one per col"),
+    (op_of("nn bf16 col none", path="/l/nn.so"), {}, "nn.so takes B as trans=nn stores it; nn.Linear keeps its "
+                                                     "weight N x K (trans=nt: gemmgen emit ... --trans nt --out bf16)"),
+    (op_of("nt bf16 col gelu", path="/l/g.so"), {}, "g.so applies gelu after the product; nn.Linear applies none "
+                                                    "(--act none)"),
+    (op_of("nt fp32 col none", path="/l/f.so"), {}, "the layer is torch.bfloat16, and f.so takes torch.bfloat16 "
+                                                    "and writes torch.float32 (variant nt fp32 col none): F.linear "
+                                                    "reads and writes the layer's dtype (gemmgen emit ... --trans nt "
+                                                    "--out bf16 for torch.bfloat16 layers)"),
+    (LINEAR, dict(dtype=HALF), "the layer is torch.float16, and linear_bias.so takes torch.bfloat16 and writes "
+                               "torch.bfloat16 (variant nt bf16 col none): F.linear reads and writes the layer's "
+                               "dtype (gemmgen emit ... --trans nt --out bf16 for torch.bfloat16 layers)"),
+    (LINEAR, dict(dtype=F32), "the layer is torch.float32; gemmgen.torch.Linear takes torch.bfloat16 or "
+                              "torch.float16 layers"),
+    (op_of("nt bf16 col none strided", path="/l/b.so"), {}, "b.so is batched (variant nt bf16 col none strided); "
+                                                            "nn.Linear needs a launcher of one product per launch"),
+])
+def test_linear_refuses_an_op_that_does_not_compute_it(op, layer, why):
+    with pytest.raises(InvalidParameter, match=f"^{re.escape(f'{op.path.name} cannot compute this Linear: {why}')}$"):
+        gt.Linear(8, 4, **{"dtype": BF, **layer}, op=op)
+    with pytest.raises(InvalidParameter, match="op must be a gemmgen.torch.GemmOp"):
+        gt.Linear(8, 4, dtype=BF, op="libgemm.so")
+
+
+def fake_cuda(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` (made on the meta device) with each parameter replaced by one of a CUDA device
+    (a FakeTensor: call inside a FakeTensorMode), of its shape and dtype, not requiring grad."""
+    for part in module.modules():
+        for name, p in part._parameters.items():
+            if p is not None:
+                part._parameters[name] = torch.nn.Parameter(fake(*p.shape, dtype=p.dtype), requires_grad=False)
+    return module
+
+
+def test_linear_forward_takes_any_leading_shape_and_compiles():
+    """x (..., in_features) is seen as rows of in_features; y has x's leading shape (rows that are
+    not contiguous are copied first: a copy needs a GPU, test_gpu_torch_graphs.py). torch.compile
+    (dynamic=True) traces the forward to one operator node, alpha and beta constants in it (the
+    call's defaults would be graph inputs)."""
+    backend = Graphs()
+    with torch.no_grad(), FakeTensorMode():
+        layer = gt.Linear.from_linear(fake_cuda(torch.nn.Linear(64, 32, dtype=BF, device="meta")), LINEAR)
+        assert layer(fake(3, 7, 64)).shape == (3, 7, 32)
+        assert layer(fake(64)).shape == (32,)
+        with refused("x has shape (4, 2, 32); this Linear takes (..., 64): 64 features in the last dimension"):
+            layer(fake(4, 2, 32))  # as many elements as 2 x 64: a reshape alone would not notice
+        compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend=backend)
+        for rows in (3, 17, 40):
+            assert compiled(fake(2, rows, 64)).shape == (2, rows, 32)
+    assert len(backend.graphs) == 1
+    ((name, args),) = backend.calls(backend.graphs[0])
+    assert name == "gemmgen.gemm" and args[0] == LINEAR.key and args[4:] == (1.0, 0.0)
+
+
+# ---- patch ----
+
+class Block(torch.nn.Module):
+    """A model's parts, made on the meta device: bf16 layers with and without a bias, an fp32 one,
+    an attention (whose out_proj is a subclass of nn.Linear), and one layer reached by two names."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 128, dtype=BF, device="meta")
+        self.down = torch.nn.Linear(128, 64, bias=False, dtype=BF, device="meta")
+        self.head = torch.nn.Linear(64, 10, device="meta")
+        self.attn = torch.nn.MultiheadAttention(64, 4, dtype=BF, device="meta")
+        self.tied = self.up
+
+
+def test_patch_swaps_the_layers_the_ops_serve_and_says_why_it_left_the_others():
+    with torch.no_grad(), FakeTensorMode():
+        model = fake_cuda(Block())
+        up_weight = model.up.weight
+        report = gt.patch(model, [LINEAR_NO_BIAS, LINEAR])
+        assert report.swapped == ["up", "down", "tied"]
+        assert type(model.up) is gt.Linear and model.up.op is LINEAR and model.up.weight is up_weight
+        assert model.tied is model.up  # one module under two names stays one
+        assert type(model.down) is gt.Linear and model.down.op is LINEAR_NO_BIAS
+        assert report.left == {
+            "head": "the layer is torch.float32; gemmgen.torch.Linear takes torch.bfloat16 or torch.float16 layers",
+            "attn.out_proj": "a subclass of nn.Linear (NonDynamicallyQuantizableLinear), whose forward may not be "
+                             "F.linear's",
+        }
+        assert model.down(model.up(fake(3, 64))).shape == (3, 64)
+        again = gt.patch(model, LINEAR)
+        assert again.swapped == [] and again.left["up"] == "already a gemmgen.torch.Linear"
+    assert str(report) == (
+        "swapped 3 nn.Linear module(s) for gemmgen.torch.Linear: up, down, tied\n"
+        "left 2:\n"
+        "  head: the layer is torch.float32; gemmgen.torch.Linear takes torch.bfloat16 or torch.float16 layers\n"
+        "  attn.out_proj: a subclass of nn.Linear (NonDynamicallyQuantizableLinear), whose forward may not be "
+        "F.linear's")
+
+
+def test_patch_leaves_what_no_op_serves_and_refuses_what_is_no_op():
+    with torch.no_grad(), FakeTensorMode():
+        model = fake_cuda(Block())
+        report = gt.patch(model, LINEAR)  # bias only: the bias-free layer stays
+        assert report.swapped == ["up", "tied"]
+        assert report.left["down"] == "the layer has no bias (--bias none), and linear_bias.so adds one per col"
+        root = fake_cuda(torch.nn.Linear(8, 4, dtype=BF, device="meta"))
+        assert gt.patch(root, LINEAR).left == {"": "the model itself is an nn.Linear, which patch cannot replace in "
+                                                   "place: use Linear.from_linear(model, op)"}
+    on_cpu = torch.nn.Sequential(torch.nn.Linear(8, 4, dtype=BF))
+    assert gt.patch(on_cpu, LINEAR).left == {"0": "its weight is on cpu; gemmgen kernels run on CUDA devices: move the "
+                                                  "model first"}
+    assert type(on_cpu[0]) is torch.nn.Linear
+    for wrong in ([], "libgemm.so", [LINEAR, "libgemm.so"]):
+        with pytest.raises(InvalidParameter, match="dispatcher must be a gemmgen.torch.GemmOp"):
+            gt.patch(on_cpu, wrong)
