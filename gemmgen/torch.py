@@ -50,8 +50,8 @@ from gemmgen.runtime import Launcher
 from gemmgen.torch_checks import (Operand, TensorError, build_target, check_batched_call, check_call, dtype_for,
                                   out_dtype, source_target)
 
-__all__ = ["BatchedGemmOp", "BuildFailed", "GemmOp", "Linear", "NotCapturable", "PatchReport", "TensorError", "load",
-           "patch"]
+__all__ = ["BatchedGemmOp", "BuildFailed", "GemmOp", "Linear", "NotCapturable", "PatchReport", "TensorError",
+           "linear_refusal", "load", "patch"]
 
 DEFAULT_LAUNCHER = "gemmgen_gemm"
 _PLANS_KEPT = 256  # launches whose host work a GemmOp keeps, for calls that repeat them
