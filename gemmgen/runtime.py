@@ -167,7 +167,7 @@ class Held(ctypes.Structure):
 
 
 _CUDA_ERROR_INVALID_VALUE = 1  # what a launcher returns for a shape it refuses
-_VP, _INT, _FLOAT, _LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
+_VP, _INT, _FLOAT, _LL, _ULL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong, ctypes.c_ulonglong
 _PROBLEM = [_INT, _INT, _INT, _FLOAT, _VP, _VP, _FLOAT, _VP, _VP]  # M, N, K, alpha, A, B, beta, C, stream
 # A batched launcher's (docs/problems.md): M, N, K, batch, alpha, A, stride_a, B, stride_b, beta, C, stride_c,
 # then [bias, stride_bias,] stream
@@ -209,10 +209,17 @@ class Launcher:
         self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *problem])
         self._run = fn("_run", ctypes.c_int, [_VP])
         self._plan_free = fn("_plan_free", None, [_VP])
-        self._describe = fn("_describe", ctypes.c_char_p,
-                            [_INT, _INT, _INT, _INT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL, _INT, ctypes.POINTER(LaunchInfo)]
-                            if self.variant.batched else
-                            [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT, ctypes.POINTER(LaunchInfo)])
+        shape_args = ([_INT, _INT, _INT, _INT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL, _INT] if self.variant.batched else
+                      [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT])  # _describe's, up to and with resident
+        self._describe = fn("_describe", ctypes.c_char_p, [*shape_args, ctypes.POINTER(LaunchInfo)])
+        # The launch in the caller's workspace (CUDA-graph safe); absent from libraries of earlier gemmgen.
+        try:
+            self._workspace_size = fn("_workspace_size", ctypes.c_char_p, [*shape_args, ctypes.POINTER(_ULL)])
+            self._launch_ws = fn("_launch_workspace", ctypes.c_int, [_VP, _ULL, *problem])
+            self._plan_ws = fn("_plan_workspace", ctypes.c_int, [ctypes.POINTER(_VP), ctypes.POINTER(_ULL), *problem])
+            self._run_ws = fn("_run_workspace", ctypes.c_int, [_VP, _VP, _ULL])
+        except LaunchFailed:
+            self._workspace_size = self._launch_ws = self._plan_ws = self._run_ws = None
         self._error = fn("_error", ctypes.c_char_p, [])
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
@@ -302,17 +309,75 @@ class Launcher:
         ``resident``: blocks of a persistent grid that run at once (0: ask the current device,
         which needs a GPU). Raises ShapeRefused with the launcher's reason."""
         info = LaunchInfo()
+        args = self._shape_args(m, n, k, a, b, beta, c, resident, batch, (stride_a, stride_b, stride_c))
+        self._refused(m, n, k, self._describe(*args, ctypes.byref(info)))
+        return info
+
+    def _shape_args(self, m, n, k, a, b, beta, c, resident, batch, strides) -> tuple:
+        """_describe's arguments up to and with ``resident`` (strides: (stride_a, stride_b,
+        stride_c), None each: packed), in its ABI's order (batched or not)."""
         if self.variant.batched:
             packed = packed_strides(self.variant, m, n, k)
-            sa, sb, sc = (packed[i] if s is None else s for i, s in enumerate((stride_a, stride_b, stride_c)))
-            why = self._describe(m, n, k, batch, a, sa, b, sb, beta, c, sc, resident, ctypes.byref(info))
-        else:
-            given = (stride_a, stride_b, stride_c)
-            self._strides(m, n, k, batch, None if given == (None,) * 3 else given)  # refuses a batch or strides
-            why = self._describe(m, n, k, a, b, beta, c, resident, ctypes.byref(info))
+            sa, sb, sc = (packed[i] if s is None else s for i, s in enumerate(strides))
+            return (m, n, k, batch, a, sa, b, sb, beta, c, sc, resident)
+        self._strides(m, n, k, batch, None if strides == (None,) * 3 else strides)  # refuses a batch or strides
+        return (m, n, k, a, b, beta, c, resident)
+
+    @staticmethod
+    def _refused(m: int, n: int, k: int, why: bytes | None) -> None:
         if why is not None:
             raise ShapeRefused(f"refused M={m} N={n} K={k}: {why.decode()}")
-        return info
+
+    # ---- the launch in the caller's workspace: CUDA-graph safe (docs/design.md, "The workspace") ----
+
+    @property
+    def takes_workspace(self) -> bool:
+        """Whether the library has the launch in the caller's workspace (_workspace_size,
+        _launch_workspace, _plan_workspace, _run_workspace): every library of this gemmgen."""
+        return self._plan_ws is not None
+
+    def _needs_workspace_functions(self) -> None:
+        if self._plan_ws is None:
+            raise LaunchFailed(f"the library has no {self.name}_workspace_size: it was built by a gemmgen before "
+                               "launches took the caller's workspace; emit and build it again")
+
+    def workspace_size(self, m: int, n: int, k: int, a: int = 0, b: int = 0, beta: float = 0.0, c: int = 0,
+                       resident: int = 0, batch: int = 1, stride_a: int | None = None, stride_b: int | None = None,
+                       stride_c: int | None = None) -> int:
+        """The bytes of workspace a launch in the caller's workspace (launch_workspace,
+        plan_workspace) takes at M x N x K with these addresses (0: aligned), arguments as
+        :meth:`describe`'s; 0 where it takes none. The launcher's rule (gg_ws_layout in
+        templates/launcher.cuh.j2): the flags, the partial sums and the packed operands that
+        describe() gives, each rounded up to 256 bytes. Raises ShapeRefused with the launcher's
+        reason, LaunchFailed for a library without the function."""
+        self._needs_workspace_functions()
+        out = _ULL()
+        args = self._shape_args(m, n, k, a, b, beta, c, resident, batch, (stride_a, stride_b, stride_c))
+        self._refused(m, n, k, self._workspace_size(*args, ctypes.byref(out)))
+        return out.value
+
+    def launch_workspace(self, workspace: int, workspace_bytes: int, m: int, n: int, k: int, alpha: float, a: int,
+                         b: int, beta: float, c: int, stream: int = 0, bias: int | None = None, batch: int = 1,
+                         strides=None) -> None:
+        """:meth:`launch`, with the workspace at device address ``workspace`` (256-byte aligned,
+        ``workspace_bytes`` >= workspace_size(); 0 where that is 0) instead of the launcher's own:
+        its flags are zeroed on ``stream`` first, and nothing allocates, frees or waits, so the
+        launch can be captured into a CUDA graph. The workspace must stay untouched by anything
+        else until the launch is done."""
+        self._needs_workspace_functions()
+        self._check(self._launch_ws(workspace, workspace_bytes,
+                                    *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+
+    def plan_workspace(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
+                       stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> "WorkspacePlan":
+        """launch_workspace's launch with its host work done now; WorkspacePlan.run(workspace,
+        bytes) queues it, and ``workspace_bytes`` says what each run takes. Making the plan
+        touches neither the stream nor device memory."""
+        self._needs_workspace_functions()
+        handle, need = _VP(), _ULL()
+        self._check(self._plan_ws(ctypes.byref(handle), ctypes.byref(need),
+                                  *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+        return WorkspacePlan(self, handle, need.value)
 
     def choice(self, m: int, n: int, k: int) -> str | None:
         """The name of the kernel a dispatcher's launch at M x N x K goes to (its own rule), or
@@ -333,6 +398,8 @@ class Launcher:
 class Plan:
     """One launch prepared by :meth:`Launcher.plan`; ``run`` queues it. Close it when done."""
 
+    workspace_bytes = 0  # what a run takes from the caller (WorkspacePlan): this one uses the launcher's own
+
     def __init__(self, launcher: Launcher, handle):
         self._launcher, self._handle, self._run = launcher, handle, launcher._run
 
@@ -351,6 +418,22 @@ class Plan:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class WorkspacePlan(Plan):
+    """One launch prepared by :meth:`Launcher.plan_workspace`: ``run(workspace, workspace_bytes)``
+    queues it in the caller's workspace, of at least ``workspace_bytes`` bytes (0: none, and
+    ``run(0, 0)``)."""
+
+    def __init__(self, launcher: Launcher, handle, workspace_bytes: int):
+        super().__init__(launcher, handle)
+        self._run = launcher._run_ws
+        self.workspace_bytes = workspace_bytes
+
+    def run(self, workspace: int = 0, workspace_bytes: int = 0) -> None:
+        err = self._run(self._handle, workspace, workspace_bytes)
+        if err:
+            self._launcher._check(err)
 
 
 class LoadedKernel(Launcher):

@@ -46,14 +46,15 @@ class Operand:
     ``dtype`` and ``device`` are PyTorch's names (``str(t.dtype)``: "torch.float16";
     ``str(t.device)``: "cuda:0", "cpu"); ``layout`` likewise ("torch.strided" for dense tensors);
     ``stride`` is in elements (empty for a tensor that has none); ``address`` is ``t.data_ptr()``
-    in bytes and ``itemsize`` the bytes per element; ``needs_grad``: autograd would record the
+    in bytes, or None for a tensor without data (a FakeTensor, as torch.compile traces with:
+    the rules about addresses are then not checked); ``itemsize`` the bytes per element; ``needs_grad``: autograd would record the
     product (``t.requires_grad`` with grad mode on)."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str
     device: str
-    address: int
+    address: int | None
     itemsize: int
     layout: str = "torch.strided"
     needs_grad: bool = False
@@ -140,6 +141,9 @@ def _check_operand(name: str, t: Operand, precision: str, check_layout) -> None:
 
 
 def _overlaps(x: Operand, y: Operand) -> bool:
+    """Whether x and y share a byte; False where either address is not known."""
+    if x.address is None or y.address is None:
+        return False
     return x.span_bytes > 0 and y.span_bytes > 0 and x.address < y.address + y.span_bytes \
         and y.address < x.address + x.span_bytes
 

@@ -78,7 +78,9 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     source = render_kernel(make_config("hopper", {**POINT, "bias": "col", "act": "gelu"}, "bf16"))
     assert "__nv_bfloat16* __restrict__ C, const __nv_bfloat16* __restrict__ bias, const gg_workspace ws)" in source
     assert "float beta, __nv_bfloat16* C, const __nv_bfloat16* bias, cudaStream_t stream)" in source  # launcher, _plan
-    assert source.count("const __nv_bfloat16* bias, cudaStream_t stream)") == 3  # plan_init, launcher, _plan
+    # launcher, _plan, _launch_workspace, _plan_workspace; and plan_init, which is told whose workspace
+    assert source.count("const __nv_bfloat16* bias, cudaStream_t stream)") == 4
+    assert source.count("const __nv_bfloat16* bias, cudaStream_t stream, bool caller_ws)") == 1
     assert "constexpr int GG_BIAS = 2;" in source and "constexpr int GG_ACT = 2;" in source
     assert "x = gg_activate(alpha * x + col_bias[e]);" in source  # in the registers, before the TMA-store boxes
     assert "gg_epilogue<__nv_bfloat16>(v0, bias_mat, r, c)" in source  # the direct stores (bias_mat: bias unbatched)

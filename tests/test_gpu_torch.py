@@ -136,8 +136,9 @@ def test_work_goes_on_the_current_torch_stream(ops, point):
     is NaN-filled there: a launch on any other stream, the legacy default one included, runs first
     and leaves NaN behind (seen on an H100 with GemmOp patched so). Nothing may make the host wait
     meanwhile, or the launch would find the products done: the stream's first product and first
-    call come before (the first cuBLAS call on a stream and a launcher growing a stream's
-    workspace both wait), and no tensor is allocated after the products."""
+    call come before (the first cuBLAS call on a stream waits, and so may torch's allocator where
+    it has no block cached for the stream: the second call's workspace reuses the first's), and
+    no other tensor is allocated after the products."""
     if point not in ops:
         pytest.skip(f"{point} does not run on this GPU")
     op, np_rng = ops[point], np.random.default_rng(SEED)
@@ -159,8 +160,8 @@ def test_work_goes_on_the_current_torch_stream(ops, point):
     side.synchronize()
     verdict = judge(op, a, b, out, None, 1.0, 0.0)
     assert verdict.ok, verdict.message
-    if op.launcher.describe(m, n, k).partial_bytes:  # split-K keeps its partial sums per stream
-        assert op.launcher.held(side.cuda_stream).partial_bytes > 0
+    # split-K's partial sums lie in a workspace from torch's allocator: the launcher keeps none
+    assert op.launcher.held(side.cuda_stream).partial_bytes == 0
 
 
 def test_a_call_from_another_thread(ops):

@@ -165,6 +165,10 @@ def test_out_must_not_overlap_a_or_b():
     assert check_call("fp16", A, B, mat((100, 32), "torch.float32", address=a_end), 0.0) == (100, 32, 64)
     assert check_call("fp16", A, B, mat((100, 32), "torch.float32", address=B.address - 100 * 32 * 4),
                       0.0) == (100, 32, 64)
+    # tensors without data (traced by torch.compile): where addresses are not known, nothing overlaps
+    unknown = [mat(t.shape, t.dtype, address=None) for t in (A, B)]
+    assert check_call("fp16", *unknown, mat((100, 32), "torch.float32", address=None), 0.0) == (100, 32, 64)
+    assert check_call("fp16", *unknown, mat((100, 32), "torch.float32", address=A.address), 0.0) == (100, 32, 64)
 
 
 def test_source_target_reads_the_emitted_header():
