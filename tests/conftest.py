@@ -480,3 +480,22 @@ def needs_sm90(bench):
     """Skips a test on any GPU but sm_90 (the hopper family's only target)."""
     if bench.gpu.info.arch.cc != 90:
         pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {bench.gpu.info.arch.name}")
+
+
+def table_plan(kernels, served: dict, devices=("test",), variant=None):
+    """A DispatchPlan whose tables give each shape of ``served`` (Shape -> kernel index) its kernel:
+    a layer per N x K, the token counts between two given shapes split at their geometric middle
+    (for tests of the emitted lookup, without a results database)."""
+    from gemmgen.dispatch.select import MAX_M, DispatchPlan, Layer, Span
+
+    layers = {}
+    for shape, i in sorted(served.items(), key=lambda item: (item[0].n, item[0].k, item[0].m)):
+        layers.setdefault((shape.n, shape.k), []).append((shape.m, i))
+    table = []
+    for (n, k), given in layers.items():
+        ends = [int((a * b) ** 0.5) for (a, _), (b, _) in zip(given, given[1:])] + [MAX_M]
+        starts = [1] + [e + 1 for e in ends[:-1]]
+        table.append(Layer(n, k, tuple(Span(lo, hi, i, 1.0, 1.0, (m,)) for lo, hi, (m, i) in zip(starts, ends, given)),
+                           tuple(m for m, _ in given), "test"))
+    return DispatchPlan(kernels[0].precision, kernels[0].arch, tuple(kernels), tuple(table), tuple(devices),
+                        variant or kernels[0].variant, 132)

@@ -12,7 +12,7 @@ from test_gpu_sequence import ARCH, SEED, calls, on_two_streams  # noqa: F401 (c
 from gemmgen.build import build_library
 from gemmgen.config import make_config
 from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan, Served
+from gemmgen.dispatch.select import DispatchPlan, Layer, Span
 from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 from gemmgen.runtime import Launcher
@@ -41,11 +41,13 @@ def dispatcher(request, build_cache):
     precision = request.param
     kernels = _kernels(precision)
     shapes = sorted({Shape(m, n, k) for m, n, k, *_ in call_sequence(SEED)}, key=lambda s: (s.m, s.n, s.k))
-    # a third of the shapes tuned, with made-up times (TFLOP/s) so that the others go through the
-    # choice by the near rows' times scaled by waves, on this GPU's SMs
-    table = tuple(Served(s, i % len(kernels), 1.0, kernels[i % len(kernels)].name, 1.0, tflops=10.0 * (1 + i % 4))
-                  for i, s in enumerate(shapes[::3]))
-    plan = DispatchPlan(precision, ARCH, tuple(kernels), table, (), ("test",), sm_count=132)
+    # a table for half of the layers, each kernel serving a range of M (rotated from layer to
+    # layer); the other layers go to the nearest layer's table
+    layers = sorted({(s.n, s.k) for s in shapes})[::2]
+    table = tuple(Layer(n, k, tuple(Span(lo, hi, (i + j) % len(kernels), 1.0, 1.0, ())
+                                    for j, (lo, hi) in enumerate(((1, 40), (41, 300), (301, 8192)))), (), "test")
+                  for i, (n, k) in enumerate(layers))
+    plan = DispatchPlan(precision, ARCH, tuple(kernels), table, ("test",), sm_count=132)
     build = build_library(render_dispatcher(plan, ["--dispatch"]), kernels[0].build_arch)
     assert build.ok, build.log
     return precision, Launcher(build.library)

@@ -10,13 +10,12 @@ On sm_90 two hopper kernels (one stream-K) and an mma split-K; elsewhere three m
 
 import numpy as np
 import pytest
-from conftest import batched_calls, check_batched_call
+from conftest import batched_calls, check_batched_call, table_plan
 from test_gpu_sequence import ARCH
 
 from gemmgen.build import build_library
 from gemmgen.config import make_config
 from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan, Served
 from gemmgen.problem import Shape
 from gemmgen.runtime import Launcher
 
@@ -48,8 +47,7 @@ def _kernels() -> tuple:
 @pytest.fixture(scope="module")
 def dispatcher(build_cache):
     kernels = _kernels()
-    table = tuple(Served(Shape(*s), i, 1.0, kernels[i].name, 1.0) for s, i in TUNED.items())
-    plan = DispatchPlan("bf16", ARCH, kernels, table, (), ("test",), kernels[0].variant)
+    plan = table_plan(kernels, {Shape(*s): i for s, i in TUNED.items()})
     build = build_library(render_dispatcher(plan, ["--dispatch", "--batch-mode", "strided"]), kernels[0].build_arch)
     assert build.ok, build.log
     launcher = Launcher(build.library)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from conftest import table_plan
 
 torch = pytest.importorskip("torch")
 
@@ -342,15 +343,13 @@ def linear_ops(arch, tmp_path_factory, build_cache):
     if arch.cc != 90:
         pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {arch.name}")
     from gemmgen.dispatch.emit import render_dispatcher
-    from gemmgen.dispatch.select import DispatchPlan, Served
     from gemmgen.problem import Shape, Variant
 
     folder = tmp_path_factory.mktemp("linear")
     big, thin = _linear_config(arch, overlap=0), _linear_config(arch, BM=32, BN=128, consumers=1, swap=1, overlap=0)
     (folder / "kernel.cu").write_text(render_kernel(_linear_config(arch)))
-    plan = DispatchPlan("bf16", arch, (big, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, big.name, 1.0),
-                                                    Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
-                        ("test",), Variant("nt", "bf16", "col", "gelu"))
+    plan = table_plan((big, thin), {Shape(4096, 4096, 4096): 0, Shape(16, 4096, 4096): 1},
+                      variant=Variant("nt", "bf16", "col", "gelu"))
     (folder / "dispatcher.cu").write_text(render_dispatcher(plan, ["--dispatch"]))
     with ThreadPoolExecutor(2) as pool:
         loaded = {name: pool.submit(gt.load, folder / f"{name}.cu") for name in ("kernel", "dispatcher")}

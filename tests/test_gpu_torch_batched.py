@@ -12,6 +12,7 @@ import random
 
 import pytest
 from test_gpu_batched import SMALL_MMA
+from conftest import table_plan
 
 torch = pytest.importorskip("torch")
 
@@ -20,7 +21,6 @@ from gemmgen import verify  # noqa: E402
 from gemmgen.arch import parse_arch  # noqa: E402
 from gemmgen.config import make_config  # noqa: E402
 from gemmgen.dispatch.emit import render_dispatcher  # noqa: E402
-from gemmgen.dispatch.select import DispatchPlan, Served  # noqa: E402
 from gemmgen.problem import Shape  # noqa: E402
 from gemmgen.render import render_kernel  # noqa: E402
 from gemmgen.torch_checks import TensorError  # noqa: E402
@@ -56,10 +56,8 @@ def ops(tmp_path_factory, build_cache):
     family, precision, params = KERNELS["mma_bf16_nt_obf16_bcol_gelu"]
     kernels = tuple(make_config(family, {**params, **extra, "batch": "strided"}, precision, arch)
                     for extra in ({}, {"split_k": 2}))
-    table = (Served(Shape(128, 256, 64), 0, 1.0, kernels[0].name, 1.0),
-             Served(Shape(17, 33, 65), 1, 1.0, kernels[1].name, 1.0))
     path = folder / "dispatcher.cu"
-    path.write_text(render_dispatcher(DispatchPlan(precision, arch, kernels, table, (), ("test",), kernels[0].variant),
+    path.write_text(render_dispatcher(table_plan(kernels, {Shape(128, 256, 64): 0, Shape(17, 33, 65): 1}),
                                       ["--dispatch", "--batch-mode", "strided"]))
     loaded["dispatcher"] = gt.load(path)
     assert isinstance(loaded["dispatcher"], gt.BatchedGemmOp)

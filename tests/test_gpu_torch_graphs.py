@@ -22,6 +22,7 @@ import random
 import re
 
 import pytest
+from conftest import table_plan
 
 torch = pytest.importorskip("torch")
 
@@ -60,7 +61,6 @@ def ops(arch, tmp_path_factory, build_cache):
     dispatcher: F.linear with the bias through sk (tuned for 4096^3) and a thin swap-AB hopper
     kernel (tuned for 16x4096x4096), sm_90."""
     from gemmgen.dispatch.emit import render_dispatcher
-    from gemmgen.dispatch.select import DispatchPlan, Served
     from gemmgen.problem import Shape, Variant
 
     folder = tmp_path_factory.mktemp("graphs")
@@ -76,9 +76,8 @@ def ops(arch, tmp_path_factory, build_cache):
                                       "swap": 1, "overlap": 0, "trans": "nt", "out": "bf16", "bias": "col"}, "bf16", arch)
         sources["sk"] = render_kernel(sk)
         sources["sk_nobias"] = render_kernel(make_config("hopper", HOPPER, "bf16", arch))
-        plan = DispatchPlan("bf16", arch, (sk, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, sk.name, 1.0),
-                                                       Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
-                            ("test",), Variant("nt", "bf16", "col"))
+        plan = table_plan((sk, thin), {Shape(4096, 4096, 4096): 0, Shape(16, 4096, 4096): 1},
+                          variant=Variant("nt", "bf16", "col"))
         sources["dispatcher"] = render_dispatcher(plan, ["--dispatch"])
     loaded = {}
     for name, source in sources.items():

@@ -8,14 +8,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import nvcc_compile
+from conftest import nvcc_compile, table_plan
 
 from gemmgen import tolerance, verify
 from gemmgen.arch import parse_arch
 from gemmgen.cli import main
 from gemmgen.config import make_config
 from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan, Served
+from gemmgen.dispatch.select import DispatchPlan
 from gemmgen.points import resolve_point
 from gemmgen.problem import Shape, Variant
 from gemmgen.render import harness_checks, render_kernel
@@ -65,8 +65,7 @@ def dispatch_plan(label: str, arch=SM90) -> DispatchPlan:
     """A dispatcher of DISPATCHERS[label]: kernel i serves shape i."""
     names, shapes = DISPATCHERS[label]
     kernels = tuple(resolve_point(name, arch.name) for name in names)
-    served = tuple(Served(shape, i, 1.0, names[i], 1.0) for i, shape in enumerate(shapes))
-    return DispatchPlan(kernels[0].precision, arch, kernels, served, (), ("H100",), kernels[0].variant)
+    return table_plan(kernels, {shape: i for i, shape in enumerate(shapes)}, ("H100",))
 
 
 def spliced(kernel_config, judge_config) -> str:

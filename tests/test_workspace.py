@@ -11,7 +11,7 @@ import re
 import zlib
 
 import pytest
-from conftest import call_sequence, launcher_of
+from conftest import call_sequence, launcher_of, table_plan
 
 from gemmgen.arch import parse_arch
 from gemmgen.build import build_library
@@ -115,12 +115,9 @@ def test_a_refused_shape_is_refused_by_the_size_query_too():
 def dispatcher(tmp_path_factory):
     """A dispatcher of v4 (tuned for 4096^3: no workspace) and splitk (16x4096x4096), built."""
     from gemmgen.dispatch.emit import render_dispatcher
-    from gemmgen.dispatch.select import DispatchPlan, Served
 
     big, thin = CONFIGS["v4"], CONFIGS["splitk"]
-    plan = DispatchPlan("fp32", SM90, (big, thin), (Served(Shape(4096, 4096, 4096), 0, 1.0, big.name, 1.0),
-                                                    Served(Shape(16, 4096, 4096), 1, 1.0, thin.name, 1.0)), (),
-                        ("test",), Variant())
+    plan = table_plan((big, thin), {Shape(4096, 4096, 4096): 0, Shape(16, 4096, 4096): 1}, variant=Variant())
     build = build_library(render_dispatcher(plan, ["--dispatch"]), SM90)
     assert build.ok, build.log
     return Launcher(build.library), {c.name: launcher_of(c) for c in plan.kernels}

@@ -16,11 +16,6 @@ from gemmgen.dtypes import PRECISIONS
 from gemmgen.problem import Variant
 from gemmgen.render import environment, harness_checks, render_kernel
 
-NEAREST = 4  # an untuned shape takes the kernel of one of this many nearest tuned shapes (see the template),
-REACH = math.log(2.0)  # of those at most this much farther (sum of |log ratio|) than the nearest,
-SWITCH = 0.85  # and another than the nearest's kernel only where its scaled time is below this share of that one's
-
-
 def _split_includes(source: str) -> tuple[list[str], str]:
     includes, rest = [], []
     for line in source.splitlines():
@@ -28,8 +23,8 @@ def _split_includes(source: str) -> tuple[list[str], str]:
     return includes, "\n".join(rest)
 
 
-def _pct(score: float | None) -> str:
-    return f"{100 * score:.1f}%" if score is not None else "-"
+def _counts(ms: tuple[int, ...]) -> str:
+    return ", ".join(map(str, ms[:4])) + (", ..." if len(ms) > 4 else "")
 
 
 def computes(variant: Variant) -> str:
@@ -93,18 +88,13 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
         version=__version__,
         emit_args=shlex.join(emit_args),
         kernels=plan.kernels,
-        served=plan.served,
-        missing=[str(s) for s in plan.missing],
-        logs=[[repr(math.log(x)) for x in (s.shape.m, s.shape.n, s.shape.k)] for s in plan.served],
-        times=[repr(2.0 * s.shape.m * s.shape.n * s.shape.k / (s.tflops * 1e6)) if s.tflops > 0 else "0.0"
-               for s in plan.served],
-        tilings=[(g.tile_m, g.tile_n, g.split_k, "true" if g.stream_k else "false")
-                 for g in (c.geometry for c in plan.kernels)],
-        nearest=NEAREST,
-        reach=repr(REACH),
-        switch=repr(SWITCH),
+        layers=plan.layers,
+        max_m=plan.max_m,
         sm_count=plan.sm_count,
-        pct=_pct,
+        samples=plan.samples,
+        counts=_counts,
+        share=f"{100 * plan.share_within:g}%",
+        log=lambda x: repr(math.log(x)),
         devices=", ".join(plan.devices) or "no device",
         precision=plan.precision,
         T=first.element_type,

@@ -18,7 +18,7 @@ fitted:
   there interpolated in log M (so a prediction at a measured shape is that measurement, and
   between two measured token counts it moves smoothly), fading out beyond them.
 
-Times are in microseconds (a launch's: every product of a batch), normalized for drift: a
+Times are in microseconds per product (a batched launch's divided by its count), normalized for drift: a
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
 times cuBLAS's median time there (gemmgen.best pairs the rows). Only fully timed rows count: a tuner's cut rows ("timed only
 N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out measurements;
@@ -44,6 +44,7 @@ from gemmgen.points import point_spec
 from gemmgen.problem import Shape, Variant
 
 TENSOR_TFLOPS = {"fp16": 989.0, "bf16": 989.0, "tf32": 495.0, "fp32": 67.0}  # dense peak of the H100 SXM
+MAX_EFFICIENCY = 0.82  # of that peak: the best kernels stored reach ~0.79 (bf16 128x256 at 8192^3)
 HBM_BYTES_PER_S = 2.8e12  # what a device-to-device copy reaches on the H100 (anchors: ~3.0 TB/s counting both ways)
 SM_BYTES_PER_S = 150e9  # what one SM streams from L2 when all do (64x128 tiles at 4096^3 need ~120 GB/s)
 LAUNCH_S = 3e-6  # a launch and the pipeline's first fill
@@ -199,7 +200,14 @@ class TimeModel:
         lm = np.log(np.asarray(m, dtype=np.float64))
         base, x = _base(config, np.exp(lm), n, k, self.sms)
         offset, _ = self._offset(config)
-        return base * 1e6 * np.exp(x @ self.theta + offset + self._layer(config.name, n, k, lm))
+        # no kernel beats MAX_EFFICIENCY of the tensor cores' peak, whatever a calibration measured
+        # where memory bound it would say of its compute
+        ceiling = 2.0 * np.exp(lm) * n * k / (MAX_EFFICIENCY * TENSOR_TFLOPS.get(config.precision, 67.0) * 1e6)
+        return np.maximum(base * 1e6 * np.exp(x @ self.theta + offset + self._layer(config.name, n, k, lm)), ceiling)
+
+    def memory_bound(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
+        """Whether the base is bound by memory rather than the kernel's compute at each of ``m``."""
+        return _base(config, np.asarray(m, dtype=np.float64), n, k, self.sms)[1][:, FEATURES.index("memory-bound")] > 0
 
     def predict(self, config: KernelConfig, shape: Shape) -> float:
         return float(self.predict_m(config, shape.n, shape.k, np.array([shape.m]))[0])
@@ -283,7 +291,7 @@ def stored_samples(db, precision: str, arch: Arch, variant: Variant = Variant(),
         if configs[r.kernel] is None:
             continue
         sms = max(sms, r.sm_count)
-        us = r.batch_count * 2.0 * r.M * r.N * r.K / (r.tflops * 1e6)
+        us = 2.0 * r.M * r.N * r.K / (r.tflops * 1e6)  # one product's (a batched launch's over its count)
         samples.append(Sample(r.kernel, Shape(r.M, r.N, r.K), us * cublas_tflops / cublas_median))
     if not samples:
         raise GemmgenError(f"no fully timed {precision} measurement of variant {variant.text} on {device}")

@@ -1,36 +1,74 @@
-"""Which kernels a dispatcher holds, and which tuned shape each one serves.
+"""Which kernels a dispatcher holds, and which token counts of each layer each one serves.
 
-Each shape's candidates are the kernels stored with a verified measurement there, ranked by
-gemmgen.best. Kernels are shared where it costs little: a shape accepts any kernel whose score
-(median ratio to cuBLAS) is within ``share_within`` of its best, and kernels are taken greedily,
-each time the one that the most shapes still unserved accept, so a workload of many shapes
-compiles a few kernels. Each shape then gets the highest-scoring kernel taken that it accepts.
+A dispatcher serves layers: the (N, K) of the shapes it is asked for, each at every token count M
+from 1 to ``max_m`` (8192, or the largest M asked, if larger); beyond, the kernel of the last
+count. The selection model (gemmgen.dispatch.model), fitted on the stored measurements of the
+precision and variant, predicts each candidate kernel's time at every M of each layer: at a
+measured shape that is the measurement (drift-normalized), between measured token counts the
+kernel's own measurements on the layer interpolated, elsewhere the model. Candidates are the
+kernels measured on the layer; for a layer nothing was measured on, the kernels measured on at
+least two layers (whose calibration is not one shape's accident).
+
+The choice is cautious: a measurement counts as it is, a prediction at a token count where the
+kernel was not measured as its time times 1 + UNMEASURED + CAUTION per doubling of M away from
+the kernel's nearest measurement on the layer (at most 3 doublings), and times 1 +
+CAUTION_ELSEWHERE for a kernel not measured on the layer, and 1 + CAUTION_REGIME more where the
+model's base is bound otherwise (memory or compute) than at every measurement of the kernel on the
+layer (its calibration says nothing of the other regime); so a kernel measured at or near M keeps
+a token count unless another is predicted clearly faster (the model's error grows away from the
+measurements: gemmgen.dispatch.model.evaluate).
+
+Kernels are shared where it costs little: a token count accepts any kernel predicted within
+``share_within`` of the fastest candidate there, and kernels are taken greedily, each time the
+one the most unserved (layer, M) accept, until every one is served or ``max_kernels`` are taken.
+Each M then gets the fastest taken kernel, and the layer's table is the runs of equal choices.
 """
 
+from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from gemmgen.arch import Arch
-from gemmgen.best import Ranked, ranked, wanted
-from gemmgen.config import KernelConfig, make_config
-from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.points import point_spec
+from gemmgen.best import wanted
+from gemmgen.config import KernelConfig
+from gemmgen.dispatch.model import TimeModel, stored_samples
+from gemmgen.errors import GemmgenError
 from gemmgen.problem import Shape, Variant
 
-SHARE_WITHIN = 0.02  # a shape takes a kernel another shape uses if it is within 2% of its own best
+SHARE_WITHIN = 0.01  # a token count takes a kernel another uses if it is predicted within 1% of its fastest
+MAX_KERNELS = 64  # kernels in one dispatcher at most (each is compiled into the file)
+MAX_M = 8192  # token counts every layer's table covers (at least)
+PREFILTER = 0.10  # candidates never within this of the fastest at any M are dropped before the cover
+UNMEASURED = 0.02  # a kernel at a token count it was not measured at on the layer (the model's typical error there)
+CAUTION = 0.02  # and more per doubling of M from its nearest measurement on the layer
+CAUTION_ELSEWHERE = 0.10  # a kernel never measured on the layer
+CAUTION_REGIME = 0.25  # a kernel where its base is bound otherwise than at all its measurements on the layer
 
 
 @dataclass(frozen=True)
-class Served:
-    """A tuned shape: the kernel the dispatcher gives it (``kernel``, an index into
-    DispatchPlan.kernels) and that kernel's score there, next to the best stored one; ``tflops``:
-    that kernel's highest TFLOP/s there (what the dispatcher's choice for untuned shapes scales)."""
+class Span:
+    """Token counts ``m_lo``..``m_hi`` of a layer, served by kernel ``kernel`` (an index into
+    DispatchPlan.kernels); ``us_lo``, ``us_hi`` its predicted times at the two ends; ``measured``
+    the token counts in the span where it was measured on this layer."""
 
-    shape: Shape
+    m_lo: int
+    m_hi: int
     kernel: int
-    score: float | None
-    best_kernel: str
-    best_score: float | None
-    tflops: float = 0.0
+    us_lo: float
+    us_hi: float
+    measured: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One N x K: its spans, in M order, covering 1..max_m; ``asked`` the token counts given for it."""
+
+    n: int
+    k: int
+    spans: tuple[Span, ...]
+    asked: tuple[int, ...]
+    basis: str  # where its candidates came from, in words
 
 
 @dataclass(frozen=True)
@@ -38,78 +76,118 @@ class DispatchPlan:
     precision: str
     arch: Arch
     kernels: tuple[KernelConfig, ...]
-    served: tuple[Served, ...]
-    missing: tuple[Shape, ...]  # shapes asked for with nothing verified stored
-    devices: tuple[str, ...]  # the devices the served kernels' scores were measured on
+    layers: tuple[Layer, ...]
+    devices: tuple[str, ...]  # the device the measurements came from
     variant: Variant = Variant()  # what every kernel computes (layouts, C's type, bias, activation)
-    sm_count: int = 0  # SMs of the device the served kernels were measured on (the largest, if several)
+    sm_count: int = 0  # SMs of that device
+    max_m: int = MAX_M
+    samples: int = 0  # the measurements the model was fitted on
+    share_within: float = SHARE_WITHIN
 
 
-def _candidates(db, precision: str, shape: Shape, arch: Arch, family: str | None,
-                variant: Variant, batch_count: int | None) -> list[tuple[Ranked, KernelConfig]]:
-    found = []
-    for r in ranked(db, precision, shape, arch, family, variant, batch_count):
-        family_name, prec, params = point_spec(r.kernel)
-        try:
-            found.append((r, make_config(family_name, params, prec, arch)))
-        except InvalidPoint:  # stored by a gemmgen whose constraints differ: not buildable now
-            continue
-    return found
+def _candidates(model: TimeModel, samples, n: int, k: int) -> tuple[list[str], str]:
+    on_layer = sorted({s.kernel for s in samples if (s.shape.n, s.shape.k) == (n, k)})
+    if on_layer:
+        return on_layer, f"{len(on_layer)} kernels measured on this layer"
+    layers = defaultdict(set)
+    for s in samples:
+        layers[s.kernel].add((s.shape.n, s.shape.k))
+    known = sorted(name for name, where in layers.items() if len(where) >= 2)
+    if not known:
+        known = sorted(layers)
+    return known, f"nothing measured on this layer: {len(known)} kernels measured on other layers, predicted"
 
 
-def _accepts(candidates: list[tuple[Ranked, KernelConfig]], share_within: float) -> dict[str, Ranked]:
-    """kernel name -> its standing, for the kernels a shape accepts: its best, and any within
-    share_within of the best's score."""
-    top = candidates[0][0]
-    accepted = {top.kernel: top}
-    if top.score is not None:
-        for r, _ in candidates[1:]:
-            if r.score is not None and r.score >= top.score * (1.0 - share_within):
-                accepted[r.kernel] = r
-    return accepted
+def _caution(measured: set[int], ms: np.ndarray) -> np.ndarray:
+    """The factor a kernel's predicted times at ``ms`` count with (see the module)."""
+    if not measured:
+        return np.full(len(ms), 1.0 + CAUTION_ELSEWHERE)
+    at = np.log(np.array(sorted(measured), dtype=np.float64))
+    lm = np.log(ms.astype(np.float64))
+    i = np.clip(np.searchsorted(at, lm), 1, max(1, len(at) - 1))
+    near = np.minimum(np.abs(lm - at[i - 1]), np.abs(lm - at[np.minimum(i, len(at) - 1)]))
+    return np.where(near == 0.0, 1.0, 1.0 + UNMEASURED + CAUTION * np.minimum(near / np.log(2.0), 3.0))
+
+
+def _regime(model: TimeModel, config, n: int, k: int, measured: set[int], ms: np.ndarray) -> np.ndarray:
+    """1 + CAUTION_REGIME where the kernel's base is bound otherwise (by memory, or by compute) than
+    at every token count it was measured at on the layer: a kernel measured only while memory bound
+    it tells nothing of its compute rate, and the model would carry its calibration across."""
+    if not measured:
+        return np.ones(len(ms))
+    bound = model.memory_bound(config, n, k, ms)
+    seen = set(model.memory_bound(config, n, k, np.array(sorted(measured))).tolist())
+    return np.where(np.isin(bound, list(seen)), 1.0, 1.0 + CAUTION_REGIME)
 
 
 def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family: str | None = None,
                   share_within: float = SHARE_WITHIN, variant: Variant = Variant(),
-                  batch_count: int | None = None) -> DispatchPlan:
-    """The kernels and the table of a dispatcher for ``shapes`` (duplicates ignored), all of
-    them computing ``variant`` (gemmgen.best ranks kernels of one variant); ``batch_count``: by
-    the measurements of that many products per launch only (None: of every count, as
-    gemmgen.best.ranked). Raises GemmgenError where none of the shapes has a verified kernel of
-    it stored for ``arch``."""
+                  batch_count: int | None = None, max_kernels: int = MAX_KERNELS) -> DispatchPlan:
+    """The kernels and tables of a dispatcher for the layers (N, K) of ``shapes``, all of its
+    kernels computing ``variant``, chosen by the selection model fitted on the stored measurements
+    (of ``batch_count`` products per launch where given). Raises GemmgenError where nothing of
+    the precision and variant is stored for ``arch``."""
     shapes = list(dict.fromkeys(shapes))
-    accepts, configs, tops, missing = {}, {}, {}, []
-    for shape in shapes:
-        candidates = _candidates(db, precision, shape, arch, family, variant, batch_count)
-        if not candidates:
-            missing.append(shape)
-            continue
-        accepts[shape] = _accepts(candidates, share_within)
-        tops[shape] = candidates[0][0]
-        configs.update((r.kernel, c) for r, c in candidates if r.kernel in accepts[shape])
-    if not accepts:
-        raise GemmgenError(f"no verified {wanted(precision, family, variant, batch_count)} stored for {arch.name} at "
-                           f"any of the {len(shapes)} shape(s) "
-                           f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''}); "
-                           "tune them first (gemmgen tune --workload FILE) or point --db at the results")
+    if not shapes:
+        raise GemmgenError("a dispatcher needs at least one shape")
+    try:
+        samples, configs, sms, device = stored_samples(db, precision, arch, variant, family, batch_count=batch_count)
+    except GemmgenError:
+        raise GemmgenError(f"no verified {wanted(precision, family, variant, batch_count)} stored for {arch.name} "
+                           f"with a cuBLAS time beside it, at any shape; tune first (gemmgen tune --workload FILE) or "
+                           "point --db at the results") from None
+    model = TimeModel.fit(samples, configs, sms)
+    max_m = max(MAX_M, max(s.m for s in shapes))
+    ms = np.arange(1, max_m + 1)
+    asked = defaultdict(list)
+    for s in shapes:
+        asked[s.n, s.k].append(s.m)
+    measured_at = defaultdict(set)
+    for s in samples:
+        measured_at[s.kernel, s.shape.n, s.shape.k].add(s.shape.m)
+    # per layer: candidate names, their predicted times (candidates x M), where they came from
+    grids, bases = {}, {}
+    for n, k in asked:
+        names, basis = _candidates(model, samples, n, k)
+        raw = np.stack([model.predict_m(configs[name], n, k, ms) for name in names])
+        times = raw * np.stack([_caution(measured_at[name, n, k], ms) for name in names])
+        times *= np.stack([_regime(model, configs[name], n, k, measured_at[name, n, k], ms) for name in names])
+        keep = (times <= times.min(axis=0) * (1.0 + PREFILTER)).any(axis=1)
+        grids[n, k] = ([name for name, kept in zip(names, keep) if kept], times[keep], raw[keep])
+        bases[n, k] = basis
+    # greedy cover of every (layer, M) by kernels within share_within of its fastest
+    all_names = sorted({name for names, _, _ in grids.values() for name in names})
+    index = {name: i for i, name in enumerate(all_names)}
+    accepts = []  # per layer: kernels x M, over all_names
+    for names, times, _ in grids.values():
+        ok = np.zeros((len(all_names), len(ms)), dtype=bool)
+        ok[[index[n] for n in names]] = times <= times.min(axis=0) * (1.0 + share_within)
+        accepts.append(ok)
+    unserved = [np.ones(len(ms), dtype=bool) for _ in accepts]
     chosen: list[str] = []
-    unserved = set(accepts)
-    while unserved:
-        def gain(kernel: str) -> tuple:
-            takers = [accepts[s][kernel] for s in unserved if kernel in accepts[s]]
-            return len(takers), sum(r.score or 0.0 for r in takers), kernel
-        kernel = max({k for s in unserved for k in accepts[s]}, key=gain)
-        chosen.append(kernel)
-        unserved = {s for s in unserved if kernel not in accepts[s]}
-    index = {k: i for i, k in enumerate(chosen)}
-    served, devices, sm_count = [], set(), 0
-    for shape in shapes:
-        if shape not in accepts:
-            continue
-        mine = max((r for k, r in accepts[shape].items() if k in index), key=Ranked.key)
-        top = tops[shape]
-        served.append(Served(shape, index[mine.kernel], mine.score, top.kernel, top.score, mine.tflops))
-        devices.update(mine.devices)
-        sm_count = max(sm_count, mine.sm_count)
-    return DispatchPlan(precision, arch, tuple(configs[k] for k in chosen), tuple(served), tuple(missing),
-                        tuple(sorted(devices)), variant, sm_count)
+    while len(chosen) < max_kernels and any(u.any() for u in unserved):
+        gain = sum((ok & u).sum(axis=1) for ok, u in zip(accepts, unserved))
+        best = int(np.argmax(gain))
+        if gain[best] == 0:
+            break
+        chosen.append(all_names[best])
+        for ok, u in zip(accepts, unserved):
+            u &= ~ok[best]
+    layers = []
+    for (n, k), (names, times, raw) in grids.items():
+        mine = [i for i, name in enumerate(names) if name in chosen]
+        if not mine:  # a cap reached before this layer got any: its fastest candidate overall
+            mine = [int(np.argmin(times.sum(axis=1)))]
+            chosen.append(names[mine[0]])
+        pick = np.array(mine)[times[mine].argmin(axis=0)]
+        spans, start = [], 0
+        for end in list(np.nonzero(pick[1:] != pick[:-1])[0] + 1) + [len(ms)]:
+            name = names[pick[start]]
+            lo, hi = int(ms[start]), int(ms[end - 1])
+            spans.append(Span(lo, hi, chosen.index(name), float(raw[pick[start], start]),
+                              float(raw[pick[start], end - 1]),
+                              tuple(sorted(m for m in measured_at[name, n, k] if lo <= m <= hi))))
+            start = end
+        layers.append(Layer(n, k, tuple(spans), tuple(sorted(asked[n, k])), bases[n, k]))
+    return DispatchPlan(precision, arch, tuple(configs[name] for name in chosen), tuple(layers), (device,), variant,
+                        sms, max_m, len(samples), share_within)

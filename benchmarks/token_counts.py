@@ -1,0 +1,158 @@
+"""A dispatcher against torch at token counts drawn at random (issue 29's measure): for each layer
+N x K given, COUNT token counts drawn uniformly from [LO, HI] (without the counts a workload file
+lists for it, with --not-in), each shape's result checked against float64, and its time against
+torch.mm's (cuBLAS, fp32 out: ``torch.mm(a, b, out_dtype=torch.float32)``; for a variant with B
+stored N x K, ``F.linear``) in the same process: alternating, median after warm-up, random data,
+L2 flushed (a read of 2x L2) and C poisoned before each call, the host's latency hidden
+(Alternate.timed_gpu). Prints per layer and in all the geometric mean, the worst, and the counts
+under 0.90 and 0.80; writes every row to OUT.json and, with --plot, the ratio against M per layer.
+usage: python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --layer NxK [--layer ...]
+       [--count 100] [--range 1 8192] [--seed 29] [--not-in WORKLOAD.toml] [--plot OUT.png]
+       [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)"""
+import argparse
+import json
+import math
+import random
+import sys
+
+import numpy as np
+import torch
+from alternate import Alternate
+
+from gemmgen import tolerance, verify
+from gemmgen.torch import load
+from gemmgen.workload import load_workload
+
+
+def draw(layers, count, lo, hi, seed, listed):
+    """(M, N, K) per layer: ``count`` distinct token counts uniform in [lo, hi], none of ``listed``."""
+    rng = random.Random(seed)
+    out = []
+    for n, k in layers:
+        taken = set(listed.get((n, k), ()))
+        ms = []
+        while len(ms) < min(count, hi - lo + 1 - len(taken)):
+            m = rng.randint(lo, hi)
+            if m not in taken:
+                taken.add(m)
+                ms.append(m)
+        out += [(m, n, k) for m in sorted(ms)]
+    return out
+
+
+def gpu_stats(c, ref, scale, precision, k, out):
+    """gemmgen.verify.host_stats on the GPU (torch, float64): the same sums, counts and bound."""
+    c = c.double()
+    finite = torch.isfinite(c)
+    err = (torch.where(finite, c, torch.zeros_like(c)) - ref).abs()
+    bound = tolerance.elementwise_tolerance(precision, k, out, "none") * scale
+    over = finite & (err > bound)
+    ratios = torch.where(bound > 0, err / bound, torch.where(err > 0, torch.full_like(err, math.inf), err))
+    first = torch.nonzero(~finite | over)
+    first_bad = None
+    if len(first):
+        i, j = (int(v) for v in first[0])
+        first_bad = (i, j, float(c[i, j]), float(ref[i, j]))
+    return verify.Stats(float((err[finite] ** 2).sum()), float((ref[finite] ** 2).sum()),
+                        float((scale[finite] ** 2).sum()), int(over.sum()), int((~finite).sum()),
+                        float(torch.where(finite, ratios, torch.zeros_like(ratios)).max()), first_bad)
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def summary(rows):
+    r = [x["ratio"] for x in rows]
+    return {"shapes": len(r), "geomean": geomean(r), "worst": min(r), "under_0.90": sum(x < 0.9 for x in r),
+            "under_0.80": sum(x < 0.8 for x in r), "share_at_least_0.90": sum(x >= 0.9 for x in r) / len(r),
+            "all_correct": all(x["correct"] for x in rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("precision")
+    ap.add_argument("dispatcher")
+    ap.add_argument("out")
+    ap.add_argument("--layer", action="append", required=True, metavar="NxK")
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--range", type=int, nargs=2, default=(1, 8192), metavar=("LO", "HI"))
+    ap.add_argument("--seed", type=int, default=29)
+    ap.add_argument("--not-in", metavar="WORKLOAD", help="leave out the token counts this workload lists")
+    ap.add_argument("--plot", metavar="PNG")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    layers = [tuple(int(x) for x in text.lower().split("x")) for text in args.layer]
+    listed = {}
+    if args.not_in:
+        for s in load_workload(args.not_in).shapes:
+            listed.setdefault((s.n, s.k), []).append(s.m)
+    shapes = draw(layers, args.count, *args.range, args.seed, listed)
+    dev = torch.device("cuda:0")
+    op = load(args.dispatcher)
+    variant = op.variant
+    dtype = op.dtype
+    clock = Alternate(dev)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    rows = []
+    for m, n, k in shapes:
+        a = (torch.rand(m, k, device=dev, generator=gen) * 2 - 1).to(dtype)
+        b_shape = (n, k) if variant.b_transposed else (k, n)
+        b = (torch.rand(*b_shape, device=dev, generator=gen) * 2 - 1).to(dtype)
+        out_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[variant.out]
+        c, c_ref = torch.empty(m, n, device=dev, dtype=out_dtype), torch.empty(m, n, device=dev, dtype=out_dtype)
+        if variant.b_transposed:
+            theirs = lambda: torch.nn.functional.linear(a, b, out=c_ref) if out_dtype == dtype else \
+                torch.mm(a, b.t(), out_dtype=out_dtype, out=c_ref)
+        else:
+            theirs = lambda: torch.mm(a, b, out_dtype=out_dtype, out=c_ref) if out_dtype != dtype else \
+                torch.mm(a, b, out=c_ref)
+        ours = lambda: op(a, b, out=c)
+        fns = [(lambda: c.fill_(float("nan")), ours), (lambda: c_ref.fill_(float("nan")), theirs)]
+        t_ours, t_torch = clock.timed_gpu(fns, rounds=args.rounds)
+        c.fill_(float("nan"))
+        ours()
+        torch.cuda.synchronize()
+        a64, b64 = a.double(), (b.double().t() if variant.b_transposed else b.double())
+        verdict = verify.judge(gpu_stats(c, a64 @ b64, a64.abs() @ b64.abs(), args.precision, k, variant.out),
+                               args.precision, k, variant.out)
+        row = {"m": m, "n": n, "k": k, "kernel": op.choice(m, n, k), "us": t_ours * 1e3, "torch_us": t_torch * 1e3,
+               "ratio": t_torch / t_ours, "correct": bool(verdict.ok), "message": verdict.message}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del a, b, c, c_ref, a64, b64
+        torch.cuda.empty_cache()
+    result = {"label": args.label, "precision": args.precision, "dispatcher": args.dispatcher,
+              "variant": variant.text, "range": list(args.range), "seed": args.seed, "rows": rows,
+              "layers": {f"{n}x{k}": summary([r for r in rows if (r["n"], r["k"]) == (n, k)]) for n, k in layers},
+              "all": summary(rows), "device": torch.cuda.get_device_name(dev)}
+    json.dump(result, open(args.out, "w"), indent=1)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for n, k in layers:
+            mine = [r for r in rows if (r["n"], r["k"]) == (n, k)]
+            ax.plot([r["m"] for r in mine], [r["ratio"] for r in mine], "o-", ms=3, lw=0.8, label=f"N={n}, K={k}")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(0.9, color="r", lw=0.6, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("token count M")
+        ax.set_ylabel("torch time / gemmgen time (above 1: faster)")
+        ax.set_title(f"{args.label or args.dispatcher} {args.precision} ({variant.text}) on "
+                     f"{torch.cuda.get_device_name(dev)}: geomean {result['all']['geomean']:.3f}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=110)
+    print(f"\n== {args.label} {args.precision} ({variant.text}) vs torch, {len(rows)} shapes, M in {args.range}")
+    print(f"{'layer':<14}{'shapes':>7}{'geomean':>9}{'worst':>8}{'<0.90':>7}{'<0.80':>7}  correct")
+    for name, s in list(result["layers"].items()) + [("all", result["all"])]:
+        print(f"{name:<14}{s['shapes']:>7}{s['geomean']:>9.3f}{s['worst']:>8.3f}{s['under_0.90']:>7}"
+              f"{s['under_0.80']:>7}  {s['all_correct']}")
+    sys.exit(0 if result["all"]["all_correct"] else 1)
+
+
+if __name__ == "__main__":
+    main()
