@@ -3,7 +3,8 @@ records into a real (temporary) results database; compiles are real where marked
 
 import random
 import re
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import optuna
 import pytest
@@ -138,6 +139,30 @@ def test_parallel_compile_pool_builds_real_cubins(tmp_path, monkeypatch):
     assert all(r.ok and r.cubin.is_file() for r in results)
     again = build_kernel(make_config("register", points[0], "fp32", SM90))
     assert again.cached and again.cubin.read_bytes() == results[0].cubin.read_bytes()
+
+
+def slow_compile(family, params, precision, arch, timeout_s):
+    """fake_compile that takes 0.2 s (a thread pool's worker runs it)."""
+    time.sleep(0.2)
+    return fake_compile(family, params, precision, arch, timeout_s)
+
+
+def test_a_tuner_compiles_in_a_pool_it_is_given_and_counts_its_gpu_seconds(url):
+    """A pool passed to run() (shared with other tuners: tune.node) is used and left running; the
+    tuner counts the seconds its bench measured (each trial, the cuBLAS baseline, the re-timing)
+    and those its measuring thread waited for a compile."""
+    bench = FakeBench(ResultsDB(url), sleep_s=0.05)
+    tuner = make_tuner(url, bench, seed=3)
+    tuner.compile_fn = slow_compile
+    with ThreadPoolExecutor(1) as pool:
+        report = tuner.run(4, pool=pool)
+        assert pool.submit(len, "still open").result() == 10
+    assert report.trials == 4 and len(bench.measured) == 4 and report.retimed
+    # 4 trials and the re-timed (each 0.05 s asleep in measure_point); cuBLAS returns at once
+    slept = 0.05 * (len(bench.measured) + len(bench.retimed))
+    assert slept <= tuner.measuring_s < slept + 0.5
+    # one worker compiling 0.2 s a point, the GPU 0.05 s: the measuring thread waits for most of them
+    assert 0.2 * 2 <= tuner.compile_wait_s < 0.2 * 4 + 0.5
 
 
 def test_devices_are_parsed_and_checked():
