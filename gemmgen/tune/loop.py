@@ -261,6 +261,7 @@ class Tuner:
         # for a compile, over every run() and retime_best() of this tuner
         self.measuring_s = 0.0
         self.compile_wait_s = 0.0
+        self._stale_check_at = 0.0  # when _settle_waiting next fails this study's stale trials
 
     # ---- points ----
 
@@ -357,7 +358,9 @@ class Tuner:
                         item.outcome = self._measure(item.config, self._built(item.future), best_ms)
                         _lower_best(best_ms, item.outcome)  # here, before the next point is measured
                     except Exception as err:  # noqa: BLE001 (a result like any other: the trial fails, the run goes on)
-                        item.outcome = TrialOutcome(item.config, item.config.name, "launch_error", None,
+                        # while stopping, a compile cancelled or a shared pool gone is no result
+                        status = "interrupted" if self._stop.is_set() else "launch_error"
+                        item.outcome = TrialOutcome(item.config, item.config.name, status, None,
                                                     message=f"{type(err).__name__}: {err}")
                 done.put(item)
         finally:
@@ -403,7 +406,8 @@ class Tuner:
         pending: deque[_Work] = deque()  # asked, not yet told: compiling, measuring or waiting
         previous = signal.signal(signal.SIGINT, self.request_stop) if threading.current_thread() is \
             threading.main_thread() else None
-        self._note(f"compiling the first points ({self.jobs} compile workers)")
+        self._note("compiling the first points " + ("(in the compile pool shared by the GPUs)" if pool is not None
+                                                    else f"({self.jobs} compile workers)"))
         try:
             # forkserver: workers must not be forked from this process, which holds a CUDA context
             # and threads; they only render and run nvcc.
@@ -482,7 +486,14 @@ class Tuner:
 
     def _settle_waiting(self, pending: deque, pool, work_q: queue.Queue) -> None:
         """Trials whose point another tuner claimed: reuse its result once stored; take the claim
-        over where its trial ended without one (its tuner died or failed)."""
+        over where its trial ended without one (its tuner died or failed). A claim of this study's
+        whose tuner died is found here too, not only when this tuner asks: its stale trials are
+        failed every heartbeat interval while one is waited on (tune.storage), so that a tuner
+        with nothing left to ask never waits for a dead one."""
+        if time.monotonic() >= self._stale_check_at and any(
+                w.owner is not None and w.outcome is None and w.future is None for w in pending):
+            self._stale_check_at = time.monotonic() + self.storage.get_heartbeat_interval()
+            fail_stale_trials(self.study)
         for item in pending:
             if item.owner is None or item.outcome is not None or item.future is not None:
                 continue
