@@ -13,6 +13,10 @@ the two share it -- each tuned by tune.devices.tune with the per-shape budget.
   in the results database and the study either way).
 - A shape's result -- the winner, its TFLOP/s and % of cuBLAS -- is what the tune's final
   re-timing kept on its study (tune.loop.RETIMED_ATTR), else the study's best trial (no ratio).
+- On several GPUs (tune.node, tune.schedule) the shapes are handed out in hand_out_order, each
+  GPU taking the next as soon as it is free, and a shape's seeds are what its neighbours' studies
+  hold when it starts: a finished neighbour's winner, a running neighbour's best trial so far (a
+  neighbour not started yet gives none).
 """
 
 from collections.abc import Callable
@@ -207,8 +211,16 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
     ``base`` with the family, precision, shape, the trials the shape's study lacks (base.trials in
     all) and the seeds; every shape of base.variant. ``make_progress(total)`` makes a shape's progress display (closed after it);
     ``log`` takes notes. Returns (one result per precision and shape, whether it was interrupted:
-    then the shapes after the interrupted one are "not reached"). Raises what tune raises."""
+    then the shapes after the interrupted one are "not reached"). Raises what tune raises.
+
+    On several ``devices`` the shapes are spread over the GPUs instead (tune.node.tune_on_devices:
+    ``make_progress`` is called once, for the whole run, and each result says what each GPU did
+    there); one GPU tunes shape after shape here, in this process."""
     arch = parse_arch(arch.cc)  # study names carry the GPU's architecture, without a target suffix
+    if len(devices) > 1:
+        from gemmgen.tune.node import tune_on_devices
+
+        return tune_on_devices(workload, pairs, arch, base, devices, make_progress, log)
     studies = _Studies(base.url)
     order = tuning_order(workload)
     results, interrupted = [], False
