@@ -163,6 +163,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise InvalidParameter("--trials must be at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        raise InvalidParameter("--jobs must be at least 1 (compile workers; leave it out for one per CPU core)")
     if args.workload:
         from gemmgen.tune.workload import format_report, plan, tune_workload
         from gemmgen.workload import load_workload

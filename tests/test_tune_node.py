@@ -4,8 +4,15 @@ sleeps, then records into a real results database) and fake compiles, on SQLite 
 What the schedule does with realistic timings at 2 to 8 GPUs is test_tune_schedule.py's."""
 
 import multiprocessing
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from collections import Counter
+from pathlib import Path
 
 import fakes
 import optuna
@@ -141,6 +148,57 @@ def test_a_gpu_whose_worker_dies_hands_its_shape_to_another(tmp_path, capsys, tw
     assert measured_twice(url) == []
 
 
+def processes_with(token: str) -> list[int]:
+    """The processes whose environment holds ``token`` (a run's, and what it started)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and token.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux's /proc")
+def test_a_run_whose_main_process_is_killed_leaves_no_process_behind_and_keeps_what_it_measured(tmp_path):
+    """SIGKILL of the main process (the machine's OOM killer, a lost session): its GPU workers see it
+    gone and stop, the compile processes end; every measurement made is in the database."""
+    path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
+    token = f"GEMMGEN_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, token.split("=")[0]: token.split("=")[1]}
+    main_process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("tune_node_main.py")), "2",
+                                     *argv(path, url, trials=40)], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "tune.db").exists() or not measured_rows(url):
+        assert main_process.poll() is None and time.monotonic() < deadline, "no measurement within 120 s"
+        time.sleep(0.2)
+    assert len(processes_with(token)) > 3  # the main process, two GPU workers, compile processes, ...
+    before = measured_rows(url)
+    main_process.kill()
+    main_process.wait()
+    deadline = time.monotonic() + 30
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = processes_with(token)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:100] for pid in left]
+    for pid in left:  # not to leave them to other tests
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes of the killed run still alive: {commands}"
+    assert before <= measured_rows(url)  # what was measured is kept (and a worker may have finished its trial)
+
+
+def measured_rows(url) -> set:
+    """The trials' measurements stored: (kernel, M, N, K, id)."""
+    try:
+        with ResultsDB(url, create=False) as db:
+            return {(r.kernel, r.M, r.N, r.K, r.measurement_id) for r in db.results()
+                    if not r.kernel.startswith("cublas")}
+    except Exception:  # noqa: BLE001 (not created yet)
+        return set()
+
+
 def test_every_gpu_failing_is_one_message_and_exit_2(tmp_path, capsys, two_gpus):
     path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
     two_gpus(fakes.NoDevice)
@@ -148,6 +206,14 @@ def test_every_gpu_failing_is_one_message_and_exit_2(tmp_path, capsys, two_gpus)
     _, err = capsys.readouterr()
     assert err.strip().splitlines()[-1] == ("gemmgen: error: every GPU failed: GPU0: GPU 0 cannot be opened; GPU1: "
                                             "GPU 1 cannot be opened")
+
+
+def test_jobs_below_one_is_one_message_and_exit_2(tmp_path, capsys, two_gpus):
+    path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
+    assert main([*argv(path, url), "--jobs", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "gemmgen: error: --jobs must be at least 1 (compile workers; leave it out for one per CPU core)")
+    assert not (tmp_path / "tune.db").exists()
 
 
 def test_the_compile_pool_compiles_a_point_asked_for_at_once_by_two_gpus_once(tmp_path):

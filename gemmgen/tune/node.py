@@ -162,6 +162,15 @@ def _leave_terminal() -> None:
     os.setpgrp()
 
 
+def _compile_process() -> None:
+    """A compile process's start: out of the terminal's process group, and ended when the main
+    process is gone (killed: a pool's processes would otherwise wait for work for ever)."""
+    _leave_terminal()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=lambda: (parent.join(), os._exit(1)), name="gemmgen-orphan", daemon=True).start()
+
+
 class _Compiles:
     """The run's compile pool and the thread that serves the workers' requests (device, id, fn,
     args) from ``requests``: each is run in the pool, one run for all the requests of one (fn,
@@ -173,7 +182,7 @@ class _Compiles:
         self.inboxes = inboxes
         self.compiles = self.shared = 0  # compiles run; requests answered by another's compile
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"),
-                                         initializer=_leave_terminal)
+                                         initializer=_compile_process)
         self._waiting: dict = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="gemmgen-compiles", daemon=True)
