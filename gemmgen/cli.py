@@ -152,6 +152,7 @@ def _stored_best(args: argparse.Namespace, variant: Variant):
 
 def cmd_tune(args: argparse.Namespace) -> int:
     import os
+    import time
 
     from gemmgen.db import resolve_url
     from gemmgen.problem import parse_shape
@@ -165,6 +166,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                "counts, tune nothing new)")
     if args.fill and not args.workload:
         raise InvalidParameter("--fill measures between a workload's token counts: it goes with --workload FILE")
+    if args.jobs is not None and args.jobs < 1:
+        raise InvalidParameter("--jobs must be at least 1 (compile workers; leave it out for one per CPU core)")
     if args.workload:
         from gemmgen.tune.workload import format_report, plan, tune_workload
         from gemmgen.workload import load_workload
@@ -190,10 +193,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
               f"{', '.join(f'{p}{variant.suffix} ({f})' for p, f in pairs)}, {args.trials} trials per shape, on "
               f"{', '.join(f'GPU{d}' for d in devices)}; results and studies in {url}", file=sys.stderr)
         names = [f"GPU{d}" for d in devices] if len(devices) > 1 else [""]
+        start = time.monotonic()
         results, interrupted = tune_workload(workload, pairs, arch, base, devices,
                                              lambda total: Progress(total, names),
                                              lambda line: print(f"gemmgen tune: {line}", file=sys.stderr))
         print(format_report(workload, results, variant))
+        usage = [r.devices for r in results if r.devices]  # on several GPUs, the shapes some GPU worked on
+        if usage:
+            from gemmgen.tune.schedule import device_usage, format_usage
+
+            print(format_usage(device_usage(usage), names, time.monotonic() - start))
         if interrupted:
             print("interrupted: every trial so far is stored; run the same command again to go on")
             return 130
@@ -623,7 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "hopper on sm_90 (else mma) for tf32, fp16 and bf16, warp for fp32")
     p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
     p.add_argument("--devices", default="0", metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
-                   "one study (default 0)")
+                   "one study (default 0); with --workload, the shapes are spread over them, each GPU taking the next "
+                   "shape (or joining a running one) as soon as it is free")
     p.add_argument("--precision", help="default: the first in the family's search space; with --workload: only "
                    "this one of the workload's precisions")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "

@@ -1,6 +1,9 @@
 """A stand-in for the GPU step of tuning, for the GPU-free tuner tests (test_tune.py) and for
-worker processes they start (tune_worker.py): deterministic speeds, real database records."""
+worker processes they start (tune_worker.py, tune.node's device workers: FakeDevice and its kin):
+deterministic speeds, real database records."""
 
+import os
+import signal
 import time
 
 from gemmgen.arch import parse_arch
@@ -34,6 +37,7 @@ class FakeBench:
 
     gpu = None
     batch_count = 1  # the products of a batched variant's launch (Bench.batch_count); its rows say so
+    tag = None  # the tuner sets it (the study's name; the re-timing's ends in :final); rows get it, else "test"
 
     def __init__(self, db: ResultsDB, wrong: set[str] = frozenset(), sleep_s: float = 0.0, marker: str | None = None):
         self.db, self.wrong, self.measured, self.stop_after, self.tuner = db, wrong, [], None, None
@@ -68,8 +72,90 @@ class FakeBench:
                                    source_hash=source_hash(render_kernel(config)))
         self.db.record(kernel_id=kernel_id, device_id=self.device_id,
                        problem_id=timed_problem_id(self.db, shape), status=status,
-                       median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag="test",
+                       median_ms=m.timing.median_ms if m.timing else None, tflops=m.tflops, tag=self.tag or "test",
                        batch_count=self.batch_count if config.variant.batched else 1)
         if self.stop_after and len(self.measured) == self.stop_after:
             self.tuner.request_stop()
         return m
+
+    def close(self):
+        pass
+
+
+def slow_build(family, params, precision, arch, timeout_s):
+    """A 'compile' that takes 0.5 s and says what it built, in which process."""
+    time.sleep(0.5)
+    return f"built {','.join(f'{k}={v}' for k, v in sorted(params.items()))} in {os.getpid()}"
+
+
+class FakeDevice:
+    """Stands in for tune.node.Device in a device worker process: an sm_90 'GPU' whose benches are
+    FakeBenches (each measurement sleeps SLEEP_S), recording into the run's database. Subclasses
+    fail in the ways a GPU can; each is picked by reference, so it must live here, at module level."""
+
+    SLEEP_S = 0.02
+
+    def __init__(self, spec, index: int):
+        self.index, self.arch, self.db = index, SM90, ResultsDB(spec.url)
+
+    def bench(self, spec):
+        bench = self.make_bench()
+        bench.batch_count = spec.batch_count
+        return bench
+
+    def make_bench(self) -> FakeBench:
+        return FakeBench(self.db, sleep_s=self.SLEEP_S)
+
+    def close(self):
+        self.db.close()
+
+
+class UnopenableDevice(FakeDevice):
+    """GPU 1 cannot be opened (as a GPU of another architecture than --gpu's)."""
+
+    def __init__(self, spec, index: int):
+        if index == 1:
+            from gemmgen.errors import GemmgenError
+
+            raise GemmgenError(f"GPU {index} is a fake of another architecture")
+        super().__init__(spec, index)
+
+
+class NoDevice(FakeDevice):
+    """No GPU can be opened."""
+
+    def __init__(self, spec, index: int):
+        from gemmgen.errors import GemmgenError
+
+        raise GemmgenError(f"GPU {index} cannot be opened")
+
+
+class _Doomed(FakeBench):
+    """A FakeBench whose process ends abruptly at its ``at``-th measurement (a GPU fault, the OOM
+    killer), or that sends its parent Ctrl-C then."""
+
+    def __init__(self, db, at: int, how: str):
+        super().__init__(db, sleep_s=FakeDevice.SLEEP_S)
+        self.at, self.how = at, how
+
+    def measure_point(self, label, config, shape, build=None, give_up_ms=None):
+        if not self.interleave and len(self.measured) + 1 == self.at:
+            if self.how == "die":
+                os._exit(9)
+            os.kill(os.getppid(), signal.SIGINT)
+        return super().measure_point(label, config, shape, build=build, give_up_ms=give_up_ms)
+
+
+class DyingDevice(FakeDevice):
+    """GPU 1's worker dies at its third measurement."""
+
+    def make_bench(self) -> FakeBench:
+        return _Doomed(self.db, 3, "die") if self.index == 1 else super().make_bench()
+
+
+class InterruptingDevice(FakeDevice):
+    """GPU 0's worker, at its third measurement, sends the run Ctrl-C (as a terminal does to the
+    run's main process, which passes it on)."""
+
+    def make_bench(self) -> FakeBench:
+        return _Doomed(self.db, 3, "interrupt") if self.index == 0 else super().make_bench()

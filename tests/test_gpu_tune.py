@@ -66,3 +66,44 @@ def test_device_workers_share_one_study_and_count(tmp_path):
     trials = optuna.load_study(study_name="devices", storage=url).trials
     assert sum(1 for t in trials if t.state.name == "COMPLETE") == 6
     assert report.retimed and report.retimed[0].ratio > 0
+
+
+WORKLOAD = """
+precisions = ["fp32"]
+[[shape]]
+m = [256, 512]
+n = 512
+k = 512
+"""
+
+
+def test_the_workload_device_workers_tune_on_the_gpus_present(tmp_path):
+    """tune.node's path on real GPUs (every GPU present; on one GPU its single worker): each GPU's
+    worker makes its CUDA context, the shared pool runs nvcc, each shape gets its trials, is
+    re-timed against cuBLAS and says which GPUs tuned it, and no point is measured twice."""
+    pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
+    from gemmgen.arch import detect_arch
+    from gemmgen.db import ResultsDB
+    from gemmgen.runtime import device_count
+    from gemmgen.tune.devices import TuneSpec
+    from gemmgen.tune.node import tune_on_devices
+    from gemmgen.tune.progress import Progress
+    from gemmgen.tune.workload import plan
+    from gemmgen.workload import load_workload
+
+    path = tmp_path / "w.toml"
+    path.write_text(WORKLOAD)
+    workload, url = load_workload(path), f"sqlite:///{tmp_path / 'tune.db'}"
+    devices, arch = list(range(device_count())), detect_arch()
+    spec = TuneSpec("", "", (), url, None, "random", 1, 4, None, 4, 120.0, None)
+    names = [f"GPU{d}" for d in devices]
+    results, interrupted = tune_on_devices(workload, plan(workload, None, "warp", arch), arch, spec, devices,
+                                           lambda total: Progress(total, names, live=False), print)
+    assert not interrupted and [r.trials for r in results] == [4, 4]
+    assert all(r.ratio and r.ratio > 0 and r.note.startswith("tuned on GPU") for r in results)
+    assert sum(u.trials for r in results for u in r.devices.values()) == 8
+    assert all(u.measuring_s > 0 for r in results for u in r.devices.values())
+    with ResultsDB(url, create=False) as db:
+        rows = [(r.kernel, r.M) for r in db.results() if r.tag and not r.tag.endswith(":final")
+                and not r.kernel.startswith("cublas")]
+    assert len(rows) == len(set(rows))

@@ -3,7 +3,9 @@ records into a real (temporary) results database; compiles are real where marked
 
 import random
 import re
-from concurrent.futures import ProcessPoolExecutor
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import optuna
 import pytest
@@ -18,6 +20,7 @@ from gemmgen.db import ResultsDB
 from gemmgen.errors import GemmgenError
 from gemmgen.points import point_spec
 from gemmgen.problem import Shape, Variant
+from gemmgen.render import render_kernel, source_hash
 from gemmgen.space import load_space
 
 
@@ -140,6 +143,30 @@ def test_parallel_compile_pool_builds_real_cubins(tmp_path, monkeypatch):
     assert again.cached and again.cubin.read_bytes() == results[0].cubin.read_bytes()
 
 
+def slow_compile(family, params, precision, arch, timeout_s):
+    """fake_compile that takes 0.2 s (a thread pool's worker runs it)."""
+    time.sleep(0.2)
+    return fake_compile(family, params, precision, arch, timeout_s)
+
+
+def test_a_tuner_compiles_in_a_pool_it_is_given_and_counts_its_gpu_seconds(url):
+    """A pool passed to run() (shared with other tuners: tune.node) is used and left running; the
+    tuner counts the seconds its bench measured (each trial, the cuBLAS baseline, the re-timing)
+    and those its measuring thread waited for a compile."""
+    bench = FakeBench(ResultsDB(url), sleep_s=0.05)
+    tuner = make_tuner(url, bench, seed=3)
+    tuner.compile_fn = slow_compile
+    with ThreadPoolExecutor(1) as pool:
+        report = tuner.run(4, pool=pool)
+        assert pool.submit(len, "still open").result() == 10
+    assert report.trials == 4 and len(bench.measured) == 4 and report.retimed
+    # 4 trials and the re-timed (each 0.05 s asleep in measure_point); cuBLAS returns at once
+    slept = 0.05 * (len(bench.measured) + len(bench.retimed))
+    assert slept <= tuner.measuring_s < slept + 0.5
+    # one worker compiling 0.2 s a point, the GPU 0.05 s: the measuring thread waits for most of them
+    assert 0.2 * 2 <= tuner.compile_wait_s < 0.2 * 4 + 0.5
+
+
 def test_devices_are_parsed_and_checked():
     from gemmgen.tune.devices import parse_devices
 
@@ -217,6 +244,39 @@ def test_extra_first_points_come_after_the_named_points_once(url):
     assert [t.user_attrs.get("named_point") or t.user_attrs.get("seeded_from") for t in trials] == \
         ["v4", "splitk", "a kernel at 1x2x3"]
     assert trials[2].user_attrs["kernel"] == name and trials[2].state.name == "COMPLETE"
+
+
+def test_a_tuner_with_nothing_left_to_ask_takes_over_a_dead_tuners_claim_after_the_grace_period(url):
+    """A point claimed by a trial whose tuner died (its heartbeat stopped) is measured by the tuner
+    waiting for it once the claim is stale, though that tuner asks nothing more: stale trials are
+    failed while a claim is waited on, not only on asking (before, it waited for ever)."""
+    point = {**point_spec("v4")[2], "BN": 64}
+    name = make_config("warp", point, "fp32", SM90).name
+    dead = tune.Tuner(FakeBench(ResultsDB(url)), load_space("warp"), "fp32", SM90, SHAPES, study="s", storage=url,
+                      sampler="random", seed=0, log=lambda line: None, heartbeat_interval_s=1, grace_period_s=2)
+    dead.study.enqueue_trial(point)
+    trial = dead.study.ask()
+    while dead._params(trial) != {k: point[k] for k in dead.space.params}:  # the named points come first
+        trial = dead.study.ask()
+    dead.storage.record_heartbeat(trial._trial_id)  # then it dies: no more heartbeats, never told
+    config = dead.config(point)
+    assert dead.bench.db.claim(**dead._claim_key(config, source_hash(render_kernel(config))),
+                               owner=trial._trial_id) == trial._trial_id
+    bench = FakeBench(ResultsDB(url))
+    waiter = tune.Tuner(bench, load_space("warp"), "fp32", SM90, SHAPES, study="s", storage=url, sampler="random",
+                        seed=1, log=lambda line: None, heartbeat_interval_s=1, grace_period_s=2)
+    waiter.compile_fn = fake_compile
+    waiter.study.enqueue_trial(point)  # its one trial draws the dead tuner's point
+    reports = []
+    runner = threading.Thread(target=lambda: reports.append(waiter.run(1, retime=False)), daemon=True)
+    start = time.monotonic()
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the tuner waits for a dead tuner's claim"
+    assert 2 <= time.monotonic() - start < 30  # after the grace period
+    assert reports[0].trials == 1 and bench.measured == [name]
+    states = {t.number: t.state.name for t in optuna.load_study(study_name="s", storage=url).trials}
+    assert states[trial.number] == "FAIL"
 
 
 # ---- problem variants ----

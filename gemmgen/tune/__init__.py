@@ -7,6 +7,8 @@ or many at once on one study.
 - :mod:`gemmgen.tune.devices`: one tuner per GPU of this machine, on one study.
 - :mod:`gemmgen.tune.progress`: what a run shows while it goes.
 - :mod:`gemmgen.tune.workload`: every shape and precision of a workload file, a study each.
+- :mod:`gemmgen.tune.schedule`: on several GPUs, which GPU tunes which of a workload's shapes when.
+- :mod:`gemmgen.tune.node`: the device workers and shared compile pool that carry that out.
 """
 
 from gemmgen.tune.loop import (Budget, Retimed, TrialOutcome, Tuner, TuneReport, _compile, named_points_in,

@@ -65,11 +65,9 @@ def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: 
                  first=list(spec.first), variant=spec.variant)
 
 
-def _open_bench(spec: TuneSpec, index: int):
-    """(Gpu, Bench) on device ``index``; raises GemmgenError where --gpu is not that GPU."""
+def open_gpu(spec: TuneSpec, index: int):
+    """The Gpu of device ``index``; raises GemmgenError where --gpu is not that GPU."""
     from gemmgen.arch import parse_arch
-    from gemmgen.db import ResultsDB
-    from gemmgen.measure import Bench
     from gemmgen.runtime import Gpu
 
     gpu = Gpu(index)
@@ -77,6 +75,15 @@ def _open_bench(spec: TuneSpec, index: int):
         gpu.close()
         raise GemmgenError(f"--gpu {spec.arch} asks to tune for {spec.arch}, but GPU {index} is {gpu.info.name} "
                            f"({gpu.info.arch.name}); timings need that GPU, so tune on it")
+    return gpu
+
+
+def _open_bench(spec: TuneSpec, index: int):
+    """(Gpu, Bench) on device ``index``; raises GemmgenError where --gpu is not that GPU."""
+    from gemmgen.db import ResultsDB
+    from gemmgen.measure import Bench
+
+    gpu = open_gpu(spec, index)
     return gpu, Bench(gpu, ResultsDB(spec.url), tag=None, seed=spec.seed, batch_count=spec.batch_count)
 
 

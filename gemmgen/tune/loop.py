@@ -9,15 +9,19 @@ work on it at once. Each tuner:
   break a constraint are pruned);
 - reuses a point already measured on this device model at these shapes, waits for one that
   another tuner is measuring (a claim in the results database), and compiles the rest in a pool
-  of worker processes, ahead of the GPU;
+  of worker processes, ahead of the GPU: its own, or one it shares with the tuners of other GPUs
+  (tune.node);
 - measures in a thread of its own (verify on the GPU, then time), so that asking, compiling and
   recording overlap the next measurement. A point whose median after a few runs is over
   GIVE_UP x the best so far is timed no further (its row says how many runs it had);
 - holds a heartbeat for its running trials, so that a trial whose tuner dies is retried;
+- counts the seconds its GPU spent measuring (trials, cuBLAS, the re-timing) and the seconds its
+  measuring thread waited for a compile (Tuner.measuring_s, Tuner.compile_wait_s);
 - at the end re-times the few best points in alternation with cuBLAS, as `gemmgen bench` does,
   so that the winner and its % of cuBLAS are what bench reports.
 """
 
+import contextlib
 import multiprocessing
 import queue
 import random
@@ -253,6 +257,11 @@ class Tuner:
         self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
         self._stop = threading.Event()
         self.compile_fn = _compile  # what the worker processes run; tests substitute a stand-in
+        # seconds the GPU spent in the bench's measurements, and the measuring thread spent waiting
+        # for a compile, over every run() and retime_best() of this tuner
+        self.measuring_s = 0.0
+        self.compile_wait_s = 0.0
+        self._stale_check_at = 0.0  # when _settle_waiting next fails this study's stale trials
 
     # ---- points ----
 
@@ -305,12 +314,30 @@ class Tuner:
 
     # ---- the GPU thread ----
 
+    def _timed(self, measure, *args, **kwargs):
+        """``measure(*args, **kwargs)`` (one of the bench's), its seconds added to measuring_s."""
+        start = time.monotonic()
+        try:
+            return measure(*args, **kwargs)
+        finally:
+            self.measuring_s += time.monotonic() - start
+
+    def _built(self, future: Future) -> BuildResult:
+        """The compile's result, the time spent waiting for it added to compile_wait_s."""
+        if future.done():
+            return future.result()
+        start = time.monotonic()
+        try:
+            return future.result()
+        finally:
+            self.compile_wait_s += time.monotonic() - start
+
     def _measure(self, config: KernelConfig, build: BuildResult, best_ms: dict) -> TrialOutcome:
         per_shape = []
         for shape in self.shapes:
             best = best_ms.get(shape)
-            m = self.bench.measure_point(config.name, config, shape, build=build,
-                                         give_up_ms=GIVE_UP * best if best else None)
+            m = self._timed(self.bench.measure_point, config.name, config, shape, build=build,
+                            give_up_ms=GIVE_UP * best if best else None)
             per_shape.append(m)
             if m.status != "ok":  # a wrong or failing kernel is not timed at the other shapes
                 break
@@ -328,10 +355,12 @@ class Tuner:
                     item.outcome = TrialOutcome(item.config, item.config.name, "interrupted", None)
                 else:
                     try:
-                        item.outcome = self._measure(item.config, item.future.result(), best_ms)
+                        item.outcome = self._measure(item.config, self._built(item.future), best_ms)
                         _lower_best(best_ms, item.outcome)  # here, before the next point is measured
                     except Exception as err:  # noqa: BLE001 (a result like any other: the trial fails, the run goes on)
-                        item.outcome = TrialOutcome(item.config, item.config.name, "launch_error", None,
+                        # while stopping, a compile cancelled or a shared pool gone is no result
+                        status = "interrupted" if self._stop.is_set() else "launch_error"
+                        item.outcome = TrialOutcome(item.config, item.config.name, status, None,
                                                     message=f"{type(err).__name__}: {err}")
                 done.put(item)
         finally:
@@ -352,14 +381,18 @@ class Tuner:
         self._progress({"event": "note", "device": self.device, "text": text})
 
     def run(self, n_trials: int, timeout_s: float | None = None, budget: Budget | None = None,
-            retime: bool = True) -> TuneReport:
+            retime: bool = True, pool=None) -> TuneReport:
         """Up to ``n_trials`` feasible trials (or what ``budget`` allows), or until ``timeout_s``;
-        then, with ``retime``, the best re-timed against cuBLAS."""
+        then, with ``retime``, the best re-timed against cuBLAS. ``pool``: compile workers shared
+        with other tuners (an executor: ``submit(fn, *args)`` returns a Future), left running;
+        without one the run starts ``jobs`` workers of its own. Either way the tuner keeps at most
+        2 x ``jobs`` points on their way (compiling, waiting for the GPU or for another tuner)."""
         budget = budget or Budget(n_trials)
         start = time.monotonic()
         self._note(f"measuring cuBLAS at {', '.join(str(s) for s in self.shapes)}"
                    + (f" ({self.variant.text})" if self.variant != Variant() else ""))
-        baseline = {s: self.bench.measure_cublas(self.precision, s, self.variant) for s in self.shapes}
+        baseline = {s: self._timed(self.bench.measure_cublas, self.precision, s, self.variant)
+                    for s in self.shapes}
         base = [m.tflops for m in baseline.values()]
         base_tflops = geometric_mean(base) if all(base) else None
         best_ms = self._best_stored_ms()
@@ -373,12 +406,14 @@ class Tuner:
         pending: deque[_Work] = deque()  # asked, not yet told: compiling, measuring or waiting
         previous = signal.signal(signal.SIGINT, self.request_stop) if threading.current_thread() is \
             threading.main_thread() else None
-        self._note(f"compiling the first points ({self.jobs} compile workers)")
+        self._note("compiling the first points " + ("(in the compile pool shared by the GPUs)" if pool is not None
+                                                    else f"({self.jobs} compile workers)"))
         try:
             # forkserver: workers must not be forked from this process, which holds a CUDA context
             # and threads; they only render and run nvcc.
-            with ProcessPoolExecutor(max_workers=self.jobs,
-                                     mp_context=multiprocessing.get_context("forkserver")) as pool:
+            with (contextlib.nullcontext(pool) if pool is not None else
+                  ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("forkserver"))) \
+                    as pool:
                 while True:
                     out_of_time = timeout_s is not None and time.monotonic() - start > timeout_s
                     while (not (self._stop.is_set() or out_of_time) and len(pending) < 2 * self.jobs
@@ -451,7 +486,14 @@ class Tuner:
 
     def _settle_waiting(self, pending: deque, pool, work_q: queue.Queue) -> None:
         """Trials whose point another tuner claimed: reuse its result once stored; take the claim
-        over where its trial ended without one (its tuner died or failed)."""
+        over where its trial ended without one (its tuner died or failed). A claim of this study's
+        whose tuner died is found here too, not only when this tuner asks: its stale trials are
+        failed every heartbeat interval while one is waited on (tune.storage), so that a tuner
+        with nothing left to ask never waits for a dead one."""
+        if time.monotonic() >= self._stale_check_at and any(
+                w.owner is not None and w.outcome is None and w.future is None for w in pending):
+            self._stale_check_at = time.monotonic() + self.storage.get_heartbeat_interval()
+            fail_stale_trials(self.study)
         for item in pending:
             if item.owner is None or item.outcome is not None or item.future is not None:
                 continue
@@ -549,7 +591,8 @@ class Tuner:
         out = []
         try:
             for config in configs:
-                per_shape = [self.bench.measure_point(config.name, config, shape) for shape in self.shapes]
+                per_shape = [self._timed(self.bench.measure_point, config.name, config, shape)
+                             for shape in self.shapes]
                 if all(m.status == "ok" for m in per_shape):
                     ratios = [m.baseline_ratio for m in per_shape]
                     out.append(Retimed(config.name, config, geometric_mean([m.tflops for m in per_shape]),

@@ -13,10 +13,14 @@ the two share it -- each tuned by tune.devices.tune with the per-shape budget.
   in the results database and the study either way).
 - A shape's result -- the winner, its TFLOP/s and % of cuBLAS -- is what the tune's final
   re-timing kept on its study (tune.loop.RETIMED_ATTR), else the study's best trial (no ratio).
+- On several GPUs (tune.node, tune.schedule) the shapes are handed out in hand_out_order, each
+  GPU taking the next as soon as it is free, and a shape's seeds are what its neighbours' studies
+  hold when it starts: a finished neighbour's winner, a running neighbour's best trial so far (a
+  neighbour not started yet gives none).
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from optuna.trial import TrialState
 
@@ -88,6 +92,30 @@ def tuning_order(workload: Workload) -> list[WorkloadEntry]:
     return sorted(workload.entries, key=lambda e: (layers.index((e.shape.n, e.shape.k)), e.shape.m))
 
 
+def hand_out_order(workload: Workload, pairs: list[tuple[str, str]]) -> list[tuple[str, str, WorkloadEntry]]:
+    """(precision, family, entry) in the order several GPUs start them: the layers of every pair
+    of ``pairs`` in turn, each layer from its largest M down -- each one's largest shape, then each
+    one's second largest, and so on.
+
+    A layer's consecutive shapes, each other's nearest, are thus as far apart as the layers allow:
+    with no more GPUs than layers (and pairs) a shape starts after the previous shape of its layer
+    has finished, and is seeded with its winner, as on one GPU. Largest first: the costliest shapes
+    (the largest operands to set up, the longest timings) start early and the cheapest come last,
+    where they even out the GPUs' ends."""
+    groups: dict[tuple, list] = {}
+    for precision, family in pairs:
+        for entry in tuning_order(workload):
+            groups.setdefault((precision, family, entry.shape.n, entry.shape.k), []).append(
+                (precision, family, entry))
+    columns = [column[::-1] for column in groups.values()]
+    return [column[i] for i in range(max(map(len, columns), default=0)) for column in columns if i < len(column)]
+
+
+def shape_title(family: str, precision: str, variant: Variant, entry: WorkloadEntry) -> str:
+    """How the run's log names a shape: ``hopper bf16 16x6144x4096 (qkv_proj)``."""
+    return f"{family} {precision}{variant.suffix} {entry.shape}" + (f" ({entry.label})" if entry.label else "")
+
+
 @dataclass
 class ShapeResult:
     """One (precision, shape) of the run: its study and what it holds now."""
@@ -101,6 +129,7 @@ class ShapeResult:
     tflops: float | None
     ratio: float | None  # to cuBLAS, timed in alternation with it (None: not re-timed)
     note: str  # tuned, skipped, interrupted or not reached; with the seeds enqueued
+    devices: dict = field(default_factory=dict)  # on several GPUs: GPU name -> tune.schedule.Usage here
 
 
 @dataclass
@@ -147,6 +176,14 @@ class _Studies:
         return _Winner(done[0].user_attrs.get("kernel", "?"), done[0].value, None, done[0].params)
 
 
+def shape_result(studies: _Studies, precision: str, family: str, entry: WorkloadEntry, name: str, note: str,
+                 devices: dict | None = None) -> ShapeResult:
+    """A shape's result as its study ``name`` holds it now (its winner: _Studies.winner)."""
+    win = studies.winner(name)
+    return ShapeResult(precision, family, entry, name, studies.finished(name), win.kernel if win else None,
+                       win.tflops if win else None, win.ratio if win else None, note, devices or {})
+
+
 def seeds(studies: _Studies, space: SearchSpace, precision: str, arch: Arch, shape: Shape,
           others: list[Shape], variant: Variant = Variant(), batch_count: int = 1) -> list[tuple[dict, dict]]:
     """(params, {"seeded_from": "<kernel> at <shape>"}) for the winners at the nearest of ``others``
@@ -174,8 +211,16 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
     ``base`` with the family, precision, shape, the trials the shape's study lacks (base.trials in
     all) and the seeds; every shape of base.variant. ``make_progress(total)`` makes a shape's progress display (closed after it);
     ``log`` takes notes. Returns (one result per precision and shape, whether it was interrupted:
-    then the shapes after the interrupted one are "not reached"). Raises what tune raises."""
+    then the shapes after the interrupted one are "not reached"). Raises what tune raises.
+
+    On several ``devices`` the shapes are spread over the GPUs instead (tune.node.tune_on_devices:
+    ``make_progress`` is called once, for the whole run, and each result says what each GPU did
+    there); one GPU tunes shape after shape here, in this process."""
     arch = parse_arch(arch.cc)  # study names carry the GPU's architecture, without a target suffix
+    if len(devices) > 1:
+        from gemmgen.tune.node import tune_on_devices
+
+        return tune_on_devices(workload, pairs, arch, base, devices, make_progress, log)
     studies = _Studies(base.url)
     order = tuning_order(workload)
     results, interrupted = [], False
@@ -185,8 +230,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
         for entry in order:
             shape = entry.shape
             name = study_name(family, precision, arch.name, [shape], base.variant, base.batch_count)
-            where = f"[{len(results) + 1}/{total}] {family} {precision}{base.variant.suffix} {shape}" + \
-                (f" ({entry.label})" if entry.label else "")
+            where = f"[{len(results) + 1}/{total}] {shape_title(family, precision, base.variant, entry)}"
             done = studies.finished(name)
             if interrupted:
                 note = "not reached"
@@ -208,10 +252,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
                     progress.close()
                 interrupted = report.interrupted
                 note = ("interrupted" if interrupted else "tuned") + (f", {len(first)} seeded" if first else "")
-            win = studies.winner(name)
-            results.append(ShapeResult(precision, family, entry, name, studies.finished(name),
-                                       win.kernel if win else None, win.tflops if win else None,
-                                       win.ratio if win else None, note))
+            results.append(shape_result(studies, precision, family, entry, name, note))
     return results, interrupted
 
 
