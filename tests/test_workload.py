@@ -461,7 +461,8 @@ def test_emit_dispatch_serves_the_workloads_variant(tmp_path, capsys):
     argv = ["emit", "--dispatch", "--workload", str(path), "--gpu", "sm_90", "--db", url]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert f"16x4096x4096 -> {V_THIN}, 4096x4096x4096 -> {V_BIG}" in captured.err
+    assert "dispatcher of 2 kernel(s) for 1 layer(s) (N x K)" in captured.err
+    assert f"//   0  {V_THIN}" in captured.out or f"//   1  {V_THIN}" in captured.out
     assert f'return "{NT_GELU.text}";' in captured.out
     line = next(ln for ln in captured.out.splitlines() if ln.startswith("//   gemmgen emit "))
     assert line == f"//   gemmgen emit --dispatch --workload {path} --precision bf16 --gpu sm_90 --trans nt --out bf16 " \
