@@ -416,8 +416,8 @@ def test_emit_dispatch_ranks_by_one_batch_count(capsys, tmp_path):
      "no verified fp16 (nt fp16 col gelu strided) kernel measured at a batch of 4 stored for sm_90 at any of the 2 "
      "shape(s)"),
     (["best", "--precision", "fp16", "--shape", "64", "--batch", "0"], "the batch count must be at least 1"),
-    (["emit", "v4", "--batch", "8"], "--batch N picks stored measurements of N products per launch: it goes with "
-                                     "`emit best` or --dispatch"),
+    (["emit", "v4", "--batch", "8"], "--batch N goes with `emit best` or --dispatch, not with a named point or "
+                                     "--family: it picks stored measurements of N products per launch"),
 ])
 def test_batch_counts_nothing_is_stored_at_are_one_line_and_exit_2(capsys, tmp_path, argv, message):
     _, url = _stored_batched(tmp_path)
