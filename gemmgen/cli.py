@@ -419,12 +419,11 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     url = resolve_url(args.db)
     plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant,
                          batch_count=args.batch_count)
-    for shape in plan.missing:
-        print(f"gemmgen: nothing verified stored at {shape} for {precision}{variant.suffix} on {arch.name}: "
-              "served by a nearby tuned shape's kernel", file=sys.stderr)
-    served = ", ".join(f"{s.shape} -> {plan.kernels[s.kernel].name}" for s in plan.served)
-    print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} shape(s): {served}",
-          file=sys.stderr)
+    # one line, however many shapes: the file's header lists each shape's kernel and the shapes missing
+    missing = (f", and {len(plan.missing)} with nothing verified stored for {precision}{variant.suffix} on "
+               f"{arch.name} (served by a nearby tuned shape's kernel)") if plan.missing else ""
+    print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.served)} tuned shape(s){missing}; "
+          "its header maps each shape to its kernel", file=sys.stderr)
     if args.workload:
         emit_args = ["--dispatch", "--workload", args.workload, "--precision", precision, "--gpu", arch.name]
     else:

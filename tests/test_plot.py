@@ -128,6 +128,8 @@ def test_suite_picture_writes_every_ratio_in_its_cell(db, db_file, tmp_path):
     assert {str(s) for s in SUITE_SHAPES} <= set(texts)
     for precision, mean in grid.geomeans.items():  # a label's two lines are two texts in SVG
         assert precision in texts and f"(geomean {mean:.3f})" in texts
+    # a cell is cuBLAS's time over the kernel's (the kernel's TFLOP/s over cuBLAS's): above 1 is faster
+    assert "suite on sm_90: cuBLAS's time / the kernel's (> 1: faster; bold: >= 1)" in texts
 
 
 # ---- history ----------------------------------------------------------------------------------
