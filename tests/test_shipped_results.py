@@ -1,6 +1,12 @@
 """The shipped results (results/h100.db) as a fresh clone without a GPU uses them: query them,
-ask for the best kernel, and emit a dispatcher for the example workload that nvcc compiles."""
+ask for the best kernel, and emit a dispatcher for the example workload that nvcc compiles; all
+of it from a read-only copy."""
 
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +42,75 @@ def test_a_dispatcher_for_the_example_workload_builds_from_the_shipped_file(caps
     first = source.split("//   0  ", 1)[1].split()[0]  # the first kernel of the header's list
     build = build_library(source, resolve_point(first, "sm_90").build_arch)
     assert build.ok, build.log
+
+
+# The commands that only read the results, each with a line its output must hold.
+READERS = [
+    (["results", "--precision", "fp16", "--shape", "4096", "--limit", "3"], "hopper_"),
+    (["best", "--precision", "bf16", "--shape", "128x4096x14336", "--gpu", "sm_90"], "% of cuBLAS (median)"),
+    (["emit", "best", "--precision", "fp16", "--shape", "4096", "--gpu", "sm_90"], "extern \"C\" __global__"),
+    (["emit", "--dispatch", "--workload", str(WORKLOAD), "--precision", "bf16", "--gpu", "sm_90"],
+     "// kernels    :"),
+]
+
+
+def _held_to_permissions() -> list[str]:
+    """The prefix that runs a command held to the files' permissions: none for a user; for root
+    (CI, containers), setpriv without the capabilities that write read-only files anyway."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root, and without setpriv root writes read-only files anyway")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"]
+
+
+def _read_only_copy(tmp_path, journal_mode: str) -> Path:
+    """A copy of the shipped file in ``journal_mode``, the file and its folder made read-only."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    copy = folder / DB.name
+    shutil.copyfile(DB, copy)
+    with sqlite3.connect(copy) as connection:
+        assert connection.execute(f"PRAGMA journal_mode={journal_mode}").fetchone() == (journal_mode.lower(),)
+    connection.close()
+    copy.chmod(0o444)
+    folder.chmod(0o555)
+    return copy
+
+
+def _gemmgen(prefix, argv, db) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([*prefix, sys.executable, "-m", "gemmgen", *argv, "--db", str(db)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("argv, shows", READERS, ids=["results", "best", "emit-best", "emit-dispatch"])
+def test_the_shipped_file_reads_from_read_only_media(tmp_path, argv, shows):
+    """A copy in rollback-journal mode, as the file ships (`sqlite3 results/h100.db 'PRAGMA
+    journal_mode=DELETE'`), its folder and itself read-only: each command that only reads works,
+    and nothing is written beside the file."""
+    prefix = _held_to_permissions()
+    copy = _read_only_copy(tmp_path, "DELETE")
+    try:
+        proc = _gemmgen(prefix, argv, copy)
+        assert proc.returncode == 0, proc.stderr
+        assert shows in proc.stdout
+        assert [p.name for p in copy.parent.iterdir()] == [DB.name]
+    finally:
+        copy.parent.chmod(0o755)
+
+
+def test_a_wal_file_on_read_only_media_says_how_to_convert_it(tmp_path):
+    """A WAL file's readers must write its -shm file: where they cannot, one line names the
+    command that converts it."""
+    prefix = _held_to_permissions()
+    copy = _read_only_copy(tmp_path, "WAL")
+    try:
+        proc = _gemmgen(prefix, READERS[0][0], copy)
+    finally:
+        copy.parent.chmod(0o755)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"gemmgen: error: cannot open results database sqlite:///{copy}: ")
+    assert proc.stderr.endswith(f"it is in WAL mode, whose readers must write {copy}-shm beside it: where it is "
+                                f"writable, convert it once with sqlite3 {copy} 'PRAGMA journal_mode=DELETE'\n")
