@@ -114,3 +114,34 @@ def test_a_wal_file_on_read_only_media_says_how_to_convert_it(tmp_path):
     assert proc.stderr.startswith(f"gemmgen: error: cannot open results database sqlite:///{copy}: ")
     assert proc.stderr.endswith(f"it is in WAL mode, whose readers must write {copy}-shm beside it: where it is "
                                 f"writable, convert it once with sqlite3 {copy} 'PRAGMA journal_mode=DELETE'\n")
+
+
+def test_the_docs_state_the_shipped_files_trials_and_size(tmp_path):
+    """README.md and docs/tuning.md say how many trials the shipped studies have (those of the
+    workload tunes, one shape each, apart), and pyproject.toml how large the file is: read from a
+    copy of the file."""
+    import re
+
+    from gemmgen.problem import parse_shape
+    from gemmgen.workload import load_workload
+
+    copy = tmp_path / DB.name
+    shutil.copyfile(DB, copy)
+    with sqlite3.connect(copy) as connection:
+        counts = connection.execute("SELECT s.study_name, COUNT(t.trial_id) FROM studies s JOIN trials t ON "
+                                    "t.study_id = s.study_id AND t.state = 'COMPLETE' GROUP BY s.study_id").fetchall()
+    connection.close()
+    workload = set(load_workload(WORKLOAD).shapes)
+
+    def of_the_workload(study: str) -> bool:  # its tunes' studies: hopper (their family on sm_90), one shape each
+        shapes = study.rsplit("-", 1)[1]
+        return study.startswith("hopper-") and "_" not in shapes and parse_shape(shapes) in workload
+
+    per_shape = [n for name, n in counts if of_the_workload(name)]
+    others = [n for name, n in counts if not of_the_workload(name)]
+    said = (f"the shipped studies have {min(others)}-{max(others)} trials, and {min(per_shape)}-{max(per_shape)} "
+            "for each shape of the workload tunes")
+    for doc in ("README.md", "docs/tuning.md"):
+        assert said in " ".join((ROOT / doc).read_text().split()), doc
+    megabytes = re.search(r"not results/h100\.db \((\d+) MB", (ROOT / "pyproject.toml").read_text())
+    assert megabytes and int(megabytes[1]) == round(DB.stat().st_size / 1e6)
