@@ -62,6 +62,15 @@ def _number(value: str) -> float:
 _TYPES = {str: _text, int: _whole, float: _number}
 
 
+def _device_list(value: str) -> str:
+    """--devices: ``all`` or GPU numbers in ASCII digits separated by commas (gemmgen.tune.devices
+    checks them against the GPUs present)."""
+    if not re.fullmatch(r"\s*(all|[0-9]+(\s*,\s*[0-9]+)*)\s*", value, re.IGNORECASE):
+        raise argparse.ArgumentTypeError(f"{value!r}: write GPU numbers in ASCII digits separated by commas (e.g. "
+                                         "0,1), or all")
+    return value
+
+
 def output_file(value: str) -> str:
     """The type of every -o FILE: checked when the command line is read, before any work, so that
     nothing is built or measured for a file that cannot be written: not blank, not a folder, in
@@ -693,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_family_argument(p, "required with --shape; with --workload, by default hopper on sm_90 (else mma) for "
                          "tf32, fp16 and bf16, warp for fp32")
     p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
-    p.add_argument("--devices", default="0", metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
+    p.add_argument("--devices", default="0", type=_device_list, metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
                    "one study (default 0)")
     _add_precision_argument(p, "default: the first in the family's search space; with --workload: only this one "
                             "of the workload's precisions")

@@ -92,6 +92,8 @@ def test_emit_harness(capsys):
     (["emit", "v4", "--gpu", "sm_\uff19\uff10"], ["unknown GPU architecture 'sm_\uff19\uff10'"]),
     (["results", "--limit", "\uff15"], ["argument --limit: '\uff15' is not a whole number in ASCII digits"]),
     (["tune", "--family", "warp", "--timeout", "\uff14"], ["argument --timeout: '\uff14' is not a number"]),
+    (["tune", "--family", "warp", "--devices", "0,\uff11"], ["argument --devices: '0,\uff11': write GPU numbers in "
+                                                            "ASCII digits"]),
     # -o: read when the command line is, before any work
     (["emit", "v4", "-o", "."], ["argument -o/--output: . is a folder: give a file name"]),
 ])
