@@ -14,8 +14,7 @@ from gemmgen import tolerance, verify
 from gemmgen.config import make_config
 from gemmgen.cublaslt import supported
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.points import resolve_point
-from gemmgen.problem import ACTIVATIONS, BIASES, Variant, variant_of
+from gemmgen.problem import ACTIVATIONS, BIASES, Variant
 from gemmgen.render import render_kernel
 
 POINT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "trans": "nt", "out": "bf16"}
@@ -29,13 +28,6 @@ def test_names_gain_the_epilogue_only_where_there_is_one():
     assert make_config("hopper", POINT, "bf16").name.endswith("_bf16_nt_obf16")
     assert Variant("nt", "bf16", "col", "gelu").items == (("trans", "nt"), ("out", "bf16"), ("bias", "col"),
                                                           ("act", "gelu"))
-
-
-@pytest.mark.parametrize("name", ["hopper_128x256_c2_s4_g16_bf16_nt_obf16_bcol_gelu", "hopper_64x128_c1_s5_fp16_brow",
-                                  "hopper_128x128_c2_s6_g8_sk_fp16_nt_ofp16_bcol_relu", "hopper_128x128_c2_s4_tf32_silu"])
-def test_names_parse_back(name):
-    config = resolve_point(name)
-    assert config.name == name and config.variant == variant_of(name)
 
 
 def test_variant_text_round_trips_and_old_launchers_read_as_no_epilogue():

@@ -214,14 +214,6 @@ def test_variant_compiles_without_spills(compiled, key):
     assert_compiles_without_spills(config, result)
 
 
-@pytest.mark.nvcc
-def test_launcher_reports_its_layout(compiled):
-    from gemmgen.runtime import Launcher
-
-    for key, variant in (("mma-bf16-tt-obf16-sm80", Variant("tt", "bf16")), ("warp-tn", Variant("tn"))):
-        assert Launcher(compiled[key][1].library).variant == variant
-
-
 # ---- the checks' cuBLAS calls read each layout as stored -----------------------------------------
 
 class _FakeCublas:
