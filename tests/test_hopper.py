@@ -281,6 +281,7 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("precision, params", VARIANTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(VARIANTS)])
 def test_variants_compile_for_sm90a_without_spills(precision, params):
     config = make_config("hopper", params, precision, "sm_90")
@@ -305,6 +306,7 @@ def _nvdisasm() -> str | None:
         return None
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed (the CUDA toolkit, or "
                                                 "`pip install nvidia-cuda-nvdisasm`, which the test extra does)")
 @pytest.mark.parametrize("precision, swap, hgmma", [("fp16", 0, "HGMMA.64x256x16.F32"),
@@ -324,6 +326,7 @@ def test_sass_has_hgmma_and_tma_loads(precision, swap, hgmma):
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
 @pytest.mark.parametrize("params, pingpong, stream_k", [
     ({}, False, False),
@@ -398,6 +401,7 @@ def test_stream_k_source_and_launcher():
     assert "constexpr bool HP_STREAM_K = false;" in whole and "out.flag_words" not in whole
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("precision, params, stores, loads", [
     ("fp16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1, "overlap": 1}, 16, 16),
     ("tf32", {**DEFAULT, "cluster": 2, "streamk": 1}, 24, 48)])
@@ -419,6 +423,7 @@ def test_stream_k_with_a_cluster_spills_at_most_a_few_words_outside_the_k_loop(p
         assert hgmma and not any("LDL" in line or "STL" in line for line in code[hgmma[0]:hgmma[-1]])
 
 
+@pytest.mark.nvcc
 def test_stream_k_harness_compiles(tmp_path):
     config = make_config("hopper", {**DEFAULT, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
     # as the file's build line says (-arch=sm_90a would add compute_90 PTX, which has no wgmma)
@@ -551,6 +556,7 @@ def test_packs_a_stored_k_by_m_where_its_rows_of_m_break_16_bytes():
     assert packed(tt, 7, 33, 63) == (-(-63 * 8 * 2 // 256) * 256, -(-33 * 64 * 2 // 256) * 256)
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
 @pytest.mark.parametrize("key, flags", [("nn", ".tnspB"), ("nn-swap", ".tnspA"), ("tn", ".tnspA.tnspB"),
                                         ("tt", ".tnspA"), ("tn-swap", ".tnspA.tnspB"), ("tt-swap", ".tnspB")])
