@@ -256,6 +256,7 @@ def test_a_variants_dispatcher_holds_only_kernels_of_it(tmp_path):
         render_dispatcher(mixed, ["--dispatch"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_path, build_cache):
     """nvcc builds it with a caller of the variant's signatures (a mismatch fails to compile); the
@@ -379,6 +380,7 @@ def batched_dispatcher(tmp_path_factory, build_cache):
     return plan, Launcher(build.library)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_a_batched_dispatcher_has_the_batched_abi_and_picks_by_shape_alone(batched_dispatcher):
     """nvcc builds it (with its harness, ./gemm M N K [runs [batch]]) against a caller of the

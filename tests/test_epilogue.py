@@ -163,8 +163,9 @@ def test_mma_and_warp_without_an_epilogue_have_no_epilogue_code(family, precisio
     assert "float row_bias" not in source and "const float* col_bias" not in source
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
-def test_mma_and_warp_epilogues_compile_without_spills(build_cache):
+def test_mma_and_warp_epilogues_compile_without_spills():
     """One point of each of mma's stores and of warp, with an epilogue, for sm_80, sm_89 and sm_90:
     no spills (their variants without one spill nowhere either)."""
     targets = ["sm_80", "sm_89", "sm_90"]
@@ -219,7 +220,7 @@ def test_cublaslt_covers_column_bias_relu_and_gelu():
 
 
 @pytest.mark.nvcc
-def test_launcher_reads_the_epilogue_and_wants_its_bias(build_cache):
+def test_launcher_reads_the_epilogue_and_wants_its_bias():
     from gemmgen.build import build_kernel
     from gemmgen.runtime import Launcher
 

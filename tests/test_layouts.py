@@ -203,10 +203,11 @@ COMPILED = {
 
 
 @pytest.fixture(scope="module")
-def compiled(build_cache):
+def compiled():
     return build_all({key: make_config(f, params, p, arch) for key, (f, p, params, arch) in COMPILED.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("key", sorted(COMPILED))
 def test_variant_compiles_without_spills(compiled, key):

@@ -30,9 +30,10 @@ def test_results_and_best_read_the_shipped_file(capsys):
     assert out.startswith("hopper_") and "% of cuBLAS (median)" in out and "NVIDIA H100 80GB HBM3" in out
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_a_dispatcher_for_the_example_workload_builds_from_the_shipped_file(capsys, tmp_path, build_cache, precision):
+def test_a_dispatcher_for_the_example_workload_builds_from_the_shipped_file(capsys, tmp_path, precision):
     out = tmp_path / "gemm.cu"
     assert main(["emit", "--dispatch", "--workload", str(WORKLOAD), "--precision", precision, "--gpu", "sm_90",
                  "--db", str(DB), "-o", str(out)]) == 0
