@@ -80,6 +80,7 @@ def test_emit_harness(capsys):
     (["emit", "v4", "--db", "results.db"], ["--db goes with `emit best` or --dispatch, not with a named point"]),
     (["emit", "v4", "--set", ""], ["argument --set: '' is empty"]),
     (["emit", "v4", "--set", " "], ["argument --set: ' ' is empty"]),
+    (["emit", "v4", "--set", ","], ["--set ',' gives no NAME=VALUE pair"]),
     (["emit", "v4", "-o", ""], ["argument -o/--output: '' is empty"]),
     (["bench", "v4", "--precision", "fp16"], ["--precision goes with --suite"]),
     (["bench", "--suite", "--shape", "64"], ["--shape goes with named points"]),

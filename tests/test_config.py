@@ -341,7 +341,8 @@ def test_arch_specific_target_keeps_its_suffix():
 def test_parse_assignments():
     assert parse_assignments("BM=128,BN=64") == {"BM": "128", "BN": "64"}
     assert parse_assignments(" BM = 128 , layout=strided, ") == {"BM": "128", "layout": "strided"}
-    assert parse_assignments("") == {}
+    with pytest.raises(InvalidParameter, match=r"--set ' , ' gives no NAME=VALUE pair"):
+        parse_assignments(" , ")  # it would set nothing
 
 
 @pytest.mark.parametrize("text, item", [("BM", "BM"), ("BM=128,BN", "BN"), ("BM=", "BM="), ("=128", "=128"),
