@@ -75,7 +75,7 @@ def parse_arch(text: str | int) -> Arch:
     Raises InvalidParameter naming the known architectures when the text is not one of them.
     """
     raw = str(text).strip().lower()
-    m = re.fullmatch(r"(?:sm_?|compute_)?(\d)\.?(\d{1,2})(a?)", raw)
+    m = re.fullmatch(r"(?:sm_?|compute_)?([0-9])\.?([0-9]{1,2})(a?)", raw)  # ASCII digits only
     if m:
         cc = int(m.group(1) + m.group(2))
         if cc in _SMEM_LIMITS:

@@ -23,8 +23,9 @@ from gemmgen.problem import Shape, Variant
 
 @dataclass(frozen=True)
 class Ranked:
-    """One kernel's standing at a shape: ``score`` is the median ratio of its time to cuBLAS's
-    (1.0 = as fast; None where no cuBLAS measurement is stored next to it), ``tflops`` its highest
+    """One kernel's standing at a shape: ``score`` is the median ratio of cuBLAS's time to its
+    time (its TFLOP/s to cuBLAS's: 1.0 = as fast, above 1 faster; None where no cuBLAS
+    measurement is stored next to it), ``tflops`` its highest
     TFLOP/s there, ``devices`` the device names its measurements came from, ``sm_count`` their
     largest count of SMs."""
 

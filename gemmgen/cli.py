@@ -5,11 +5,15 @@ CUDA source to stdout.
 """
 
 import argparse
+import os
+import re
 import sys
+from pathlib import Path
 
 from gemmgen import __version__
 from gemmgen.arch import Arch, detect_arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config, parse_assignments
+from gemmgen.dtypes import PRECISIONS
 from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
@@ -17,6 +21,70 @@ from gemmgen.points import NAMED_POINTS, point_spec
 from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, option_of,
                              split_variant)
 from gemmgen.render import render_kernel
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with gemmgen's rules for what is typed, for every command: an error is
+    one line (what was wrong; `--help` says what is allowed) with exit status 2; no value may be
+    blank (``--set ''``, ``-o ''``); numbers are written in ASCII digits (``４０９６`` is refused,
+    as gemmgen.problem.parse_shape and the parameters refuse it)."""
+
+    def error(self, message: str):
+        # where argparse's message does not say what is allowed, --help does
+        lists = not message.startswith(("unrecognized arguments", "the following arguments are required"))
+        self.exit(2, f"gemmgen: error: {message}{'' if lists else f' (`{self.prog} --help` lists the options)'}\n")
+
+    def add_argument(self, *names, **kwargs):
+        if kwargs.get("action", "store") in ("store", "append") and "choices" not in kwargs:
+            kind = kwargs.get("type", str)
+            kwargs["type"] = _TYPES.get(kind, kind)
+        return super().add_argument(*names, **kwargs)
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is empty: give a value")
+    return value
+
+
+def _whole(value: str) -> int:
+    if not re.fullmatch(r"-?[0-9]+", value.strip()):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number in ASCII digits (e.g. 8)")
+    return int(value)
+
+
+def _number(value: str) -> float:
+    if not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", value.strip()):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number in ASCII digits (e.g. 2.5)")
+    return float(value)
+
+
+_TYPES = {str: _text, int: _whole, float: _number}
+
+
+def _device_list(value: str) -> str:
+    """--devices: ``all`` or GPU numbers in ASCII digits separated by commas (gemmgen.tune.devices
+    checks them against the GPUs present)."""
+    if not re.fullmatch(r"\s*(all|[0-9]+(\s*,\s*[0-9]+)*)\s*", value, re.IGNORECASE):
+        raise argparse.ArgumentTypeError(f"{value!r}: write GPU numbers in ASCII digits separated by commas (e.g. "
+                                         "0,1), or all")
+    return value
+
+
+def output_file(value: str) -> str:
+    """The type of every -o FILE: checked when the command line is read, before any work, so that
+    nothing is built or measured for a file that cannot be written: not blank, not a folder, in
+    a folder that exists and can be written (or a file that can)."""
+    path = Path(_text(value))
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a folder: give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {value}: folder {folder} does not exist")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {value}: {'it' if path.exists() else f'folder {folder}'} "
+                                         "is not writable")
+    return value
 
 
 def _target(text: str | None, quiet: bool = False) -> Arch:
@@ -89,7 +157,7 @@ def select_config(args: argparse.Namespace) -> KernelConfig:
     variant = asked_variant(args, sets)
     given = {str(k).strip().lower() for k in sets} | set(variant_options(args))
     overrides = {**split_variant(sets)[0], **{k: getattr(variant, k) for k in VARIANT_KEYS if k in given}}
-    if args.point and args.point.strip().lower() == "best":
+    if _names_best(args):
         return _best_config(args, overrides)
     if args.point and args.family:
         raise InvalidParameter("give either a point (e.g. v4) or --family, not both")
@@ -111,8 +179,7 @@ def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
                                "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
     variant = asked_variant(args, overrides)
     found, arch, shape = _stored_best(args, variant)
-    count = getattr(args, "batch_count", None)  # `build best` has no --batch
-    count = f" (measured at a batch of {count})" if count is not None else ""
+    count = f" (measured at a batch of {args.batch_count})" if args.batch_count is not None else ""
     print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape}{count} for {arch.name}: "
           f"{_describe_ranked(found)}", file=sys.stderr)
     family, precision, params = point_spec(found.kernel)
@@ -137,7 +204,7 @@ def _stored_best(args: argparse.Namespace, variant: Variant):
     arch = _target(args.gpu, quiet=True)
     url = resolve_url(args.db)
     db = ResultsDB(url, create=False)
-    count = getattr(args, "batch_count", None)  # `build best` has no --batch
+    count = args.batch_count
     found = best(db, args.precision, shape, arch, family=args.family, variant=variant, batch_count=count)
     if found is None:
         what = wanted(args.precision, args.family, variant, count)
@@ -322,20 +389,46 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The options of `emit` that only some kinds of emit take, with why, in the order they are checked:
+#: an option given to another kind would do nothing, and is refused. The kinds: "point" (a named
+#: point, a canonical name or --family), "best" (`emit best`), "dispatch" (--dispatch).
+EMIT_OPTIONS = {
+    "workload": ("--workload", ("dispatch",), "one kernel per shape, chosen at run time"),
+    "batch_count": ("--batch N", ("best", "dispatch"), "it picks stored measurements of N products per launch (a "
+                    "batched kernel takes the count at launch: --batch-mode strided emits one)"),
+    "shape": ("--shape", ("best", "dispatch"), "it picks stored kernels (every emitted kernel serves every shape)"),
+    "db": ("--db", ("best", "dispatch"), "it is where stored kernels are picked from"),
+}
+
+
+def _names_best(args: argparse.Namespace) -> bool:
+    """Whether the point named is ``best`` (`emit best`: the best stored kernel)."""
+    return bool(args.point) and args.point.strip().lower() == "best"
+
+
+def _emit_kind(args: argparse.Namespace) -> str:
+    return "dispatch" if args.dispatch else "best" if _names_best(args) else "point"
+
+
+def _check_emit_options(args: argparse.Namespace) -> None:
+    """Refuses an option that the kind of emit asked for does not take (EMIT_OPTIONS)."""
+    kind = _emit_kind(args)
+    words = {"point": "a named point or --family", "best": "`emit best`", "dispatch": "--dispatch"}
+    for dest, (option, kinds, why) in EMIT_OPTIONS.items():
+        if getattr(args, dest) is not None and kind not in kinds:
+            raise InvalidParameter(f"{option} goes with {' or '.join(words[k] for k in kinds)}, not with "
+                                   f"{words[kind]}: {why}")
+
+
 def cmd_emit(args: argparse.Namespace) -> int:
+    _check_emit_options(args)
     if args.dispatch:
         source = _dispatcher_source(args)
     else:
-        if args.workload:
-            raise InvalidParameter("--workload goes with --dispatch (one kernel per shape, chosen at run time)")
         if args.shape and len(args.shape) > 1:
             raise InvalidParameter("`emit best` takes one --shape; for several, emit a dispatcher: "
                                    "gemmgen emit --dispatch --shape S1 --shape S2 ...")
         args.shape = args.shape[0] if args.shape else None
-        if args.batch_count is not None and not (args.point and args.point.strip().lower() == "best"):
-            raise InvalidParameter("--batch N picks stored measurements of N products per launch: it goes with "
-                                   "`emit best` or --dispatch (a batched kernel takes the count at launch: "
-                                   "--batch-mode strided emits one)")
         config = select_config(args)
         source = render_kernel(config, harness=args.harness)
     if args.output:
@@ -382,11 +475,12 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
     url = resolve_url(args.db)
     plan = plan_dispatch(ResultsDB(url, create=False), precision, arch, shapes, family=args.family, variant=variant,
                          batch_count=args.batch_count)
-    predicted = [f"{layer.n}x{layer.k}" for layer in plan.layers if not any(s.measured for s in layer.spans)]
+    # one line, however many layers: the file's header has each layer's table
+    predicted = sum(1 for layer in plan.layers if not any(s.measured for s in layer.spans))
     print(f"gemmgen: dispatcher of {len(plan.kernels)} kernel(s) for {len(plan.layers)} layer(s) (N x K), every M "
           f"from 1 to {plan.max_m}: {sum(len(layer.spans) for layer in plan.layers)} spans"
-          + (f"; nothing measured on {', '.join(predicted)}: its choices are predicted" if predicted else ""),
-          file=sys.stderr)
+          + (f"; {predicted} layer(s) with nothing measured on them: their choices are predicted" if predicted else "")
+          + "; its header has each layer's table", file=sys.stderr)
     if args.workload:
         emit_args = ["--dispatch", "--workload", args.workload, "--precision", precision, "--gpu", arch.name]
     else:
@@ -405,6 +499,9 @@ def _dispatcher_source(args: argparse.Namespace) -> str:
 def cmd_build(args: argparse.Namespace) -> int:
     from gemmgen.build import build_kernel, kernel_usage
 
+    if _names_best(args):
+        raise InvalidParameter("build takes a named point, a canonical name or --family; `gemmgen best --precision P "
+                               "--shape S` names the best stored kernel, to build by its name")
     config = select_config(args)
     result = build_kernel(config, use_cache=not args.no_cache)
     if not result.ok:
@@ -431,6 +528,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if bool(args.points) == bool(args.suite):
         raise InvalidParameter("name points to measure (e.g. `gemmgen bench v4 cublas`) or give --suite, not both")
+    if args.precision and not args.suite:
+        raise InvalidParameter("--precision goes with --suite: a named point has its own precision, and cuBLAS is "
+                               "measured in the named points' (in all four where it is named alone)")
+    if args.shape and args.suite:
+        raise InvalidParameter("--shape goes with named points: the suite measures its own shapes (gemmgen.suite)")
     shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
@@ -534,6 +636,24 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The names --family takes where it picks stored rows (results): gemmgen's families and the
+#: cuBLAS baseline's rows.
+STORED_FAMILIES = (*FAMILIES, "cublas")
+
+
+def _add_family_argument(parser: argparse.ArgumentParser, help: str | None = None, *,
+                         names: tuple[str, ...] = tuple(FAMILIES)) -> None:
+    """--family for every command that takes one: a name of ``names`` (another is refused with
+    the list)."""
+    parser.add_argument("--family", choices=names, help=help)
+
+
+def _add_precision_argument(parser: argparse.ArgumentParser, help: str | None = None, **kwargs) -> None:
+    """--precision for every command that takes one: fp32, tf32, fp16 or bf16 (gemmgen.dtypes;
+    another name, ``BF16`` or ``fp64``, is refused with the list)."""
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), help=help, **kwargs)
+
+
 def _add_db_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="URL", help="results database: a SQLAlchemy URL or a SQLite file "
                         "(default: $GEMMGEN_DB, else results/gemmgen.db)")
@@ -574,8 +694,8 @@ def _add_batch_filter(parser: argparse.ArgumentParser, use: str) -> None:
 
 def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("point", nargs="?", help="a named point (v1..v6, blog_*) or a canonical kernel name")
-    parser.add_argument("--family", choices=list(FAMILIES), help="start from this family's default point")
-    parser.add_argument("--precision", help="fp32, tf32, fp16 or bf16 (the family's first by default)")
+    _add_family_argument(parser, "start from this family's default point")
+    _add_precision_argument(parser, "the family's first by default")
     parser.add_argument("--set", metavar="NAME=VALUE,...", help="parameter values, e.g. BM=128,BN=64,BK=16")
     parser.add_argument("--gpu", metavar="ARCH", help="target architecture, e.g. sm_89 (default: the GPU present, "
                         f"else {DEFAULT_ARCH})")
@@ -583,18 +703,18 @@ def _add_point_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gemmgen", description="CUDA GEMM kernel generator and autotuner")
+    parser = Parser(prog="gemmgen", description="CUDA GEMM kernel generator and autotuner")
     parser.add_argument("--version", action="version", version=f"gemmgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="families, their parameters and allowed values, and the named points")
-    p.add_argument("--family", choices=list(FAMILIES))
+    _add_family_argument(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("emit", help="write standalone CUDA source for a point to stdout")
     _add_point_arguments(p)
     p.add_argument("--harness", action="store_true", help="add a main() that checks and times the kernel")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--output", type=output_file, metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="with `emit best`: the problem shape; with "
                    "--dispatch: a shape to serve (repeatable)")
     p.add_argument("--dispatch", action="store_true", help="one file with the best stored kernels of several shapes "
@@ -615,8 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("points", nargs="*", metavar="POINT", help="named points, canonical names, or cublas")
     p.add_argument("--suite", action="store_true", help="the fixed suite of shapes; per shape and precision the "
                    "best verified kernel stored (else the named point) next to cuBLAS")
-    p.add_argument("--precision", action="append", choices=["fp32", "tf32", "fp16", "bf16"],
-                   help="with --suite: only these precisions (repeatable)")
+    _add_precision_argument(p, "with --suite: only these precisions (repeatable)", action="append")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="problem shape, repeatable; one number is a "
                    "cube (default 4096)")
     add_variant_arguments(p)  # for every point named, and cuBLAS
@@ -628,14 +747,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tune", help="Optuna search over a family's space on the GPUs present; stores every trial")
-    p.add_argument("--family", choices=list(FAMILIES), help="required with --shape; with --workload, by default "
-                   "hopper on sm_90 (else mma) for tf32, fp16 and bf16, warp for fp32")
+    _add_family_argument(p, "required with --shape; with --workload, by default hopper on sm_90 (else mma) for "
+                         "tf32, fp16 and bf16, warp for fp32")
     p.add_argument("--gpu", metavar="ARCH", help="architecture to tune for; must be the GPU present (default)")
-    p.add_argument("--devices", default="0", metavar="0,1|all", help="GPUs to measure on, one tuner each, all on "
-                   "one study (default 0); with --workload, the shapes are spread over them, each GPU taking the next "
-                   "shape (or joining a running one) as soon as it is free")
-    p.add_argument("--precision", help="default: the first in the family's search space; with --workload: only "
-                   "this one of the workload's precisions")
+    p.add_argument("--devices", default="0", type=_device_list, metavar="0,1|all", help="GPUs to measure on, one tuner "
+                   "each, all on one study (default 0); with --workload, the shapes are spread over them, each GPU taking "
+                   "the next shape (or joining a running one) as soon as it is free")
+    _add_precision_argument(p, "default: the first in the family's search space; with --workload: only this one "
+                            "of the workload's precisions")
     p.add_argument("--shape", action="append", metavar="MxNxK", help="repeatable; the objective is the geometric "
                    "mean of TFLOP/s over the shapes (default 4096)")
     p.add_argument("--workload", metavar="FILE", help="tune every shape and precision of a workload file (TOML, "
@@ -665,8 +784,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("results", help="query stored measurements")
-    p.add_argument("--family")
-    p.add_argument("--precision")
+    _add_family_argument(p, "a family, or cublas (the baseline's rows)", names=STORED_FAMILIES)
+    _add_precision_argument(p)
     p.add_argument("--gpu", metavar="ARCH", help="target architecture, e.g. sm_90")
     p.add_argument("--device", help="part of the device name, e.g. H100")
     p.add_argument("--shape", metavar="MxNxK")
@@ -682,8 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("best", help="the best verified stored kernel for a precision and shape: the highest median "
                        "ratio to the cuBLAS time stored next to its times (gemmgen.best)")
-    p.add_argument("--family", choices=list(FAMILIES), help="only this family's kernels (default: any)")
-    p.add_argument("--precision", required=True)
+    _add_family_argument(p, "only this family's kernels (default: any)")
+    _add_precision_argument(p, required=True)
     p.add_argument("--shape", required=True, metavar="MxNxK")
     p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
                    "else sm_90)")
@@ -691,12 +810,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_batch_filter(p, "rank by")
     _add_db_argument(p)
     p.set_defaults(func=cmd_best)
-    add_plot_parser(sub, _add_db_argument)
+    add_plot_parser(sub, _add_db_argument, output_file)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Runs the command ``argv`` asks for; returns the exit status (2: something given was wrong,
+    said in one line on stderr)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or argparse's one-line error (Parser.error)
+        return done.code
     try:
         return args.func(args)
     except GemmgenError as err:

@@ -109,8 +109,9 @@ def make_config(family: str | Family, params: Mapping[str, object] | None = None
 
 
 def parse_assignments(text: str) -> dict[str, str]:
-    """Parse ``BM=128,BN=64`` into {"BM": "128", "BN": "64"}; raises InvalidParameter if malformed
-    or if a parameter is given twice (names are case-insensitive, as in make_config)."""
+    """Parse ``BM=128,BN=64`` into {"BM": "128", "BN": "64"}; raises InvalidParameter if malformed,
+    if a parameter is given twice (names are case-insensitive, as in make_config), or if it gives
+    none (``--set ','`` would set nothing)."""
     out: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, value = item.partition("=")
@@ -122,4 +123,6 @@ def parse_assignments(text: str) -> dict[str, str]:
             raise InvalidParameter(f"--set gives {twice} twice ({twice}={out[twice]} and {name.strip()}={value.strip()}); "
                                    "give each parameter once")
         out[name.strip()] = value.strip()
+    if not out:
+        raise InvalidParameter(f"--set {text!r} gives no NAME=VALUE pair; write e.g. --set BM=128,BN=64")
     return out

@@ -24,7 +24,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import gemmgen
-from gemmgen.dbengine import hide_password, make_sqlite_safe, setup_lock, sqlite_connect_args, sqlite_file
+from gemmgen.dbengine import (hide_password, make_sqlite_safe, read_only_engine, setup_lock, sqlite_connect_args,
+                              sqlite_file, wal_note)
 from gemmgen.errors import GemmgenError
 from gemmgen.problem import VARIANT_KEYS, Variant, variant_of
 
@@ -327,7 +328,9 @@ def _plain(value):
 class ResultsDB:
     """A connection to a results database. With ``create`` (to record), a SQLite file, its folder
     and the missing tables are created; without (to read), nothing is: a SQLite file that does
-    not exist, or a database without gemmgen's tables, is an error.
+    not exist, or a database without gemmgen's tables, is an error, and a SQLite file is opened
+    read-only (dbengine.read_only_engine: it reads from read-only media, and stays in the journal
+    mode it has).
 
     Raises ResultsDBError (one line: the URL with its password hidden, and the cause) when the
     URL is malformed, its driver is not installed, the database cannot be reached, or (without
@@ -346,12 +349,16 @@ class ResultsDB:
         elif (path := sqlite_file(url)) is not None and not path.is_file():
             raise ResultsDBError(f"no results database at {path}: nothing has been measured there (gemmgen bench "
                                  "and gemmgen tune write one); give another with --db or $GEMMGEN_DB")
+        read_only = None if create else sqlite_file(url)  # a SQLite file only read: opened read-only
         engine = None
         try:
             sqlite = make_url(url).get_backend_name() == "sqlite"
-            engine = create_engine(url, connect_args=sqlite_connect_args() if sqlite else {})
-            if sqlite:
-                make_sqlite_safe(engine)
+            if read_only is not None:
+                engine = read_only_engine(read_only)
+            else:
+                engine = create_engine(url, connect_args=sqlite_connect_args() if sqlite else {})
+                if sqlite:
+                    make_sqlite_safe(engine)
             with engine.connect() as connection:  # fails fast, and alone, where the server cannot be reached
                 missing = [t for t in Base.metadata.tables if not engine.dialect.has_table(connection, t)]
             if create:
@@ -362,8 +369,9 @@ class ResultsDB:
         except (SQLAlchemyError, ImportError, ValueError) as err:
             if engine is not None:
                 engine.dispose()
+            note = wal_note(read_only) if read_only is not None else ""
             raise ResultsDBError(f"cannot open results database {shown}: "
-                                 f"{_one_line(_cause(err), secret)}") from err
+                                 f"{_one_line(_cause(err), secret)}{note}") from err
         if version > SCHEMA_VERSION:
             engine.dispose()
             raise ResultsDBError(f"results database {shown} has schema version {version}; this gemmgen "

@@ -1,11 +1,14 @@
 """Database engines shared by the results database and the Optuna study storage: URLs, SQLite set
 up for many processes on one host, and a lock for one-time set-up across processes.
 
-SQLite: the file is in WAL mode (readers never wait for the writer; a commit writes the log once,
-without a sync of the database file: a killed process loses nothing committed), and every
-transaction begins with BEGIN IMMEDIATE, taking the write lock at its start. Without that, two
-processes can both read a row and both update it (SQLite ignores SELECT ... FOR UPDATE): the way
-two tuners popped the same Optuna trial. Lock waits last up to SQLITE_LOCK_TIMEOUT_S.
+SQLite: a file opened to record into is put in WAL mode (readers never wait for the writer; a
+commit writes the log once, without a sync of the database file: a killed process loses nothing
+committed), and every transaction begins with BEGIN IMMEDIATE, taking the write lock at its start.
+Without that, two processes can both read a row and both update it (SQLite ignores SELECT ... FOR
+UPDATE): the way two tuners popped the same Optuna trial. Lock waits last up to
+SQLITE_LOCK_TIMEOUT_S. A file opened only to read (read_only_engine) is left in the journal mode
+it has, and one in rollback-journal mode is opened read-only: it reads from read-only media (a WAL
+file cannot: its readers write the -shm file beside it).
 
 PostgreSQL and other servers keep their own concurrency; set-up (table creation, a study's first
 trials) is serialized with an advisory lock, or on SQLite with a lock file beside the database.
@@ -16,11 +19,12 @@ import os
 import re
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -102,6 +106,48 @@ def make_sqlite_safe(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     engine.dispose()
+
+
+def read_only_engine(path: Path) -> Engine:
+    """An engine that only reads the SQLite file ``path``, which it never creates or switches to
+    another journal mode: its connections wait for a writer's lock as make_sqlite_safe's do and
+    begin each transaction with a plain (deferred) BEGIN, which takes no write lock. A file in
+    rollback-journal mode is opened with ``mode=ro``, so that it reads from read-only media; one
+    in WAL mode with ``mode=rw``, as its readers write the -shm file anyway and the last one to
+    close removes the -shm and -wal files (a read-only one would leave them)."""
+    mode = "rw" if _in_wal_mode(path) else "ro"
+    uri = "file:" + urllib.parse.quote(str(Path(path).absolute())) + f"?mode={mode}"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=SQLITE_LOCK_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+
+    engine = create_engine(f"sqlite:///{path}", creator=connect)
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection):
+        connection.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def _in_wal_mode(path: Path) -> bool:
+    """Whether the SQLite file's header says WAL mode (file format write and read versions 2)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(18)
+            return f.read(2) == b"\x02\x02"
+    except OSError:
+        return False
+
+
+def wal_note(path: Path) -> str:
+    """Why read_only_engine's connections to ``path`` may have failed where it is in WAL mode (on
+    read-only media, say): what to run once to convert it; "" for a file in another mode."""
+    if not _in_wal_mode(path):
+        return ""
+    return (f"; it is in WAL mode, whose readers must write {path}-shm beside it: where it is writable, convert it "
+            f"once with sqlite3 {path} 'PRAGMA journal_mode=DELETE'")
 
 
 @contextmanager

@@ -29,16 +29,17 @@ class Shape:
 
 
 def parse_shape(text: str) -> Shape:
-    """``4096`` (a cube) or ``MxNxK``; raises InvalidParameter on anything else."""
+    """``4096`` (a cube) or ``MxNxK``, in ASCII digits; raises InvalidParameter on anything else
+    (``４０９６``, whose full-width digits int() would read, included)."""
     raw = str(text).strip().lower()
-    if re.fullmatch(r"\d+", raw):
+    if re.fullmatch(r"[0-9]+", raw):
         side = int(raw)
         dims = (side, side, side)
-    elif m := re.fullmatch(r"(\d+)x(\d+)x(\d+)", raw):
+    elif m := re.fullmatch(r"([0-9]+)x([0-9]+)x([0-9]+)", raw):
         dims = tuple(int(g) for g in m.groups())
     else:
-        raise InvalidParameter(f"cannot read shape {text!r}; write MxNxK (e.g. 4095x4097x4093) or one number "
-                               "for a cube (e.g. 4096)")
+        raise InvalidParameter(f"cannot read shape {text!r}; write MxNxK in ASCII digits (e.g. 4095x4097x4093) or "
+                               "one number for a cube (e.g. 4096)")
     if min(dims) < 1:
         raise InvalidParameter(f"shape {text!r}: M, N and K must be >= 1")
     if max(dims) > MAX_DIM:

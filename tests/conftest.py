@@ -1,8 +1,9 @@
 """Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
 This is the one place that decides; tests only mark themselves.
 
-Shared fixtures: `build_cache` (a fresh build cache per module) and `bench` (a Bench on GPU 0 with
-its own database per module; a module may set BENCH_SEED and BENCH_TAG).
+Shared fixtures: `build_cache` (the session's build cache, used by every test: each kernel is
+compiled once per session) and `bench` (a Bench on GPU 0 with its own database per module; a
+module may set BENCH_SEED and BENCH_TAG).
 
 Shared helpers, for `from conftest import ...`: the fastgemm and split-K test points (each built
 by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
@@ -112,9 +113,12 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory):
-    """A fresh GEMMGEN_CACHE for the module: tests never read or write ~/.cache."""
+    """The session's GEMMGEN_CACHE, fresh and shared by every test module, so that each kernel is
+    compiled once per session (the cache key is the source, the target, the flags and nvcc's
+    version: a hit is the same compile), and no test reads or writes ~/.cache. A test that needs
+    a cache of its own sets GEMMGEN_CACHE itself (monkeypatch)."""
     folder = tmp_path_factory.mktemp("gemmgen-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GEMMGEN_CACHE", str(folder))
@@ -136,6 +140,15 @@ def bench(request, tmp_path_factory):
     yield b
     b.close()
     gpu.close()
+
+
+def slow_after(count: int, cases: list) -> list:
+    """``cases`` for pytest.mark.parametrize, the first ``count`` as they are and the rest marked
+    slow: a compile matrix whose first cases run every time (the README's `pytest`) and all of
+    them in the slow run (`pytest -m slow`, which CI runs too)."""
+    return [case if i < count else pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                                                 marks=pytest.mark.slow)
+            for i, case in enumerate(cases)]
 
 
 # ---- test points ---------------------------------------------------------------------------------
@@ -207,7 +220,7 @@ REGISTERS_PER_SM = 64 * 1024
 
 def build_all(configs: dict) -> dict:
     """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled, two at a time,
-    into the current GEMMGEN_CACHE (a module gets a fresh one from the build_cache fixture)."""
+    into the current GEMMGEN_CACHE (the session's, from the build_cache fixture)."""
     with ThreadPoolExecutor(2) as pool:
         futures = {key: pool.submit(build_kernel, config) for key, config in configs.items()}
         return {key: (configs[key], future.result()) for key, future in futures.items()}

@@ -108,8 +108,9 @@ COMPILED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
-def test_batched_mma_and_warp_kernels_compile_without_spills(build_cache):
+def test_batched_mma_and_warp_kernels_compile_without_spills():
     from conftest import assert_compiles_without_spills, build_all
 
     built = build_all({key: _batched(f, p, **params) for key, (f, p, params) in COMPILED.items()})
@@ -118,7 +119,7 @@ def test_batched_mma_and_warp_kernels_compile_without_spills(build_cache):
 
 
 @pytest.mark.nvcc
-def test_the_batched_launcher_describes_and_refuses_without_a_gpu(build_cache):
+def test_the_batched_launcher_describes_and_refuses_without_a_gpu():
     from conftest import launcher_of
     from gemmgen.runtime import ShapeRefused
 

@@ -40,11 +40,6 @@ def config(label):
     return make_config("hopper", {**BASE, **params}, precision, "sm_90")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    return build_cache
-
-
 def test_hopper_computes_a_strided_batch_and_names_it():
     assert "strided" in FAMILIES["hopper"].batches
     c = config("nt_obf16_bcol_gelu")
@@ -137,6 +132,7 @@ def _nvdisasm() -> str | None:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_batched_points_compile_without_spills_with_3d_tma():
     results = build_all({label: config(label) for label in POINTS})

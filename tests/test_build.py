@@ -1,18 +1,22 @@
 """The nvcc stage: named and random points compile (and the harness links) for the targets
 gemmgen knows, a compile error is a result, builds are cached, ptxas reports are parsed.
 
-Compiles run two at a time (this suite runs on small CPU-only machines) into one cache folder
-for the module, so every (source, target) is compiled once.
+The named points compile for sm_90 in every run; for every other target nvcc knows, with their
+harnesses and random points, in the `slow` run (`pytest -m slow`, which CI runs too), a point's
+targets in one nvcc call. Compiles run two at a time (this suite runs on small CPU-only
+machines) into the session's build cache, so every (source, target) is compiled once.
 """
 
 import os
 import random
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import pytest
+from conftest import slow_after
 
 from gemmgen.arch import KNOWN_ARCHS, parse_arch
 from gemmgen.build import (ResourceUsage, build_kernel, build_library, cache_dir, find_tool, kernel_usage,
@@ -38,12 +42,6 @@ ELF_MAGIC = b"\x7fELF"
 REGISTERS_PER_SM = 64 * 1024  # every target here: a block must fit in the register file
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
-    return build_cache
-
-
 def run_two_at_a_time(jobs: dict) -> dict:
     """{key: callable} -> {key: its result}, two jobs at a time."""
     with ThreadPoolExecutor(2) as pool:
@@ -60,39 +58,113 @@ def valid_or_none(point: str, arch: str):
 
 # ---- named points -------------------------------------------------------------------------------
 
+# The named points every run compiles for sm_90: one of each family, and those the launcher tests
+# ask (test_launcher.py); the others (the blog points, more of the same families) in the slow run.
+EVERY_RUN = ["v1", "v2", "v3", "v4", "v6", "fastgemm", "splitk", "mma_fp16", "mma_bf16", "hopper_fp16", "hopper_tf32"]
+
+
 @pytest.fixture(scope="module")
-def named_builds(build_cache):
-    """(point, arch) -> (config, BuildResult), or None where the point is not valid for arch."""
-    configs = {(p, a): valid_or_none(p, a) for p in NAMED_POINTS for a in ARCHS}
-    unique = {(c.name, c.arch.name): c for c in configs.values() if c is not None}
-    built = run_two_at_a_time({key: partial(build_kernel, c) for key, c in unique.items()})
-    return {key: c and (c, built[(c.name, c.arch.name)]) for key, c in configs.items()}
+def named_builds():
+    """point -> (config, BuildResult) of the EVERY_RUN points for sm_90, as the runtime builds them,
+    two at a time."""
+    configs = {p: resolve_point(p, "sm_90") for p in EVERY_RUN}
+    built = run_two_at_a_time({p: partial(build_kernel, c) for p, c in configs.items()})
+    return {p: (configs[p], built[p]) for p in configs}
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("point", sorted(NAMED_POINTS))
-@pytest.mark.parametrize("arch", ARCHS)
-def test_named_point_compiles(named_builds, point, arch):
-    if named_builds[(point, arch)] is None:
-        pytest.skip(f"{point} is not a valid point for {arch}")
-    config, result = named_builds[(point, arch)]
+@pytest.mark.parametrize("point", slow_after(len(EVERY_RUN), EVERY_RUN + sorted(set(NAMED_POINTS) - set(EVERY_RUN))))
+def test_named_point_compiles_for_sm90_without_spills(named_builds, point):
+    config = resolve_point(point, "sm_90")
+    result = named_builds[point][1] if point in named_builds else build_kernel(config)
     assert result.ok, result.log
     assert f"for '{config.build_arch.name}'" in result.log  # ptxas compiled it for the requested target
     assert "warning" not in result.log, result.log  # e.g. #177-D, a constant left unused
     assert result.cubin.read_bytes()[:4] == ELF_MAGIC
     usage = kernel_usage(config, result)
     assert usage is not None, f"no ptxas report for {config.name} (is the kernel extern \"C\"?)"
-    assert usage.registers > 0
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("point", sorted(NAMED_POINTS))
-def test_named_point_does_not_spill_on_hopper(named_builds, point):
-    config, result = named_builds[(point, "sm_90")]
-    usage = kernel_usage(config, result)
     assert usage.spills is False, usage
     assert 0 < usage.registers <= 255
     assert usage.registers * config.geometry.threads <= REGISTERS_PER_SM
+
+
+def _code(source: str) -> str:
+    """An emitted file without its header comment (which names the target)."""
+    return source[source.index("#include"):]
+
+
+def targets_of_each_source() -> dict[str, tuple]:
+    """point -> ((source, [configs of the targets it is emitted for]), ...): the named points on
+    every target but sm_90 (every run compiles that one), grouped where the emitted code is the
+    same (only the header differs between targets today), so that one nvcc call compiles each
+    group for all its targets."""
+    found = {}
+    for point in sorted(NAMED_POINTS):
+        groups: dict[str, tuple[str, list]] = {}
+        for arch in ARCHS:
+            config = valid_or_none(point, arch)
+            if config is not None and arch != "sm_90":
+                source = render_kernel(config)
+                groups.setdefault(_code(source), (source, []))[1].append(config)
+        if groups:
+            found[point] = tuple(groups.values())
+    return found
+
+
+MULTI_TARGET = targets_of_each_source()
+
+
+def ptxas_report_per_target(log: str) -> dict[str, dict[str, ResourceUsage]]:
+    """target (sm_80) -> parse_ptxas_report of its part of a multi-target nvcc call's log (ptxas
+    reports one target after the other, each entry function's lines after its "Compiling entry
+    function '...' for 'sm_XX'" line)."""
+    parts: dict[str, list[str]] = {}
+    current = None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '\w+' for '(sm_\w+)'", line):
+            current = m[1]
+        if current is not None:
+            parts.setdefault(current, []).append(line)
+    return {target: parse_ptxas_report("\n".join(lines)) for target, lines in parts.items()}
+
+
+@pytest.fixture(scope="module")
+def multi_target_builds(tmp_path_factory):
+    """point -> [(configs, nvcc's CompletedProcess)]: each group of targets_of_each_source built
+    in one nvcc call as the runtime builds a library (the launcher and the kernel, -shared),
+    with -gencode for each of its targets."""
+    nvcc, folder = find_tool("nvcc"), tmp_path_factory.mktemp("multi-target")
+
+    def build(point, index, source, configs):
+        cu = folder / f"{point}-{index}.cu"
+        cu.write_text(source)
+        targets = [f"-gencode=arch=compute_{c.arch.cc},code=sm_{c.arch.cc}" for c in configs]
+        return subprocess.run([nvcc, "-O3", *targets, "-Xcompiler", "-fPIC", "-shared", "-DGEMMGEN_QUIET",
+                               "-Xptxas", "-v", str(cu), "-o", str(cu.with_suffix(".so"))],
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    jobs = {(point, i): partial(build, point, i, source, configs)
+            for point, groups in MULTI_TARGET.items() for i, (source, configs) in enumerate(groups)}
+    done = run_two_at_a_time(jobs)
+    return {point: [(configs, done[(point, i)]) for i, (_, configs) in enumerate(groups)]
+            for point, groups in MULTI_TARGET.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.parametrize("point", sorted(MULTI_TARGET))
+def test_named_point_compiles_for_every_other_target(multi_target_builds, point):
+    """Every target nvcc knows but sm_90 (where the point is valid): ptxas compiled the kernel
+    for each, without a warning, with registers."""
+    for configs, proc in multi_target_builds[point]:
+        log = proc.stdout + proc.stderr
+        assert proc.returncode == 0, log
+        assert "warning" not in log, log  # e.g. #177-D, a constant left unused
+        report = ptxas_report_per_target(log)
+        for config in configs:
+            usage = report.get(config.arch.name, {}).get(config.name)
+            assert usage is not None, f"no ptxas report of {config.name} for {config.arch.name}:\n{log}"
+            assert usage.registers > 0
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +187,7 @@ def harness_executables(tmp_path_factory):
     return run_two_at_a_time({name: partial(link, c) for name, c in configs.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("point", sorted(NAMED_POINTS))
 def test_harness_compiles_and_links(harness_executables, point):
@@ -124,20 +197,18 @@ def test_harness_compiles_and_links(harness_executables, point):
 
 
 @pytest.mark.nvcc
-def test_kernel_and_launcher_symbols_are_unmangled(tmp_path):
+def test_kernel_and_launcher_symbols_are_unmangled(named_builds):
     nm = shutil.which("nm")
     if not nm:
         pytest.skip("nm not found")
-    config = resolve_point("v4", "sm_90")
-    source, obj = tmp_path / "v4.cu", tmp_path / "v4.o"
-    source.write_text(render_kernel(config))
-    proc = subprocess.run([find_tool("nvcc"), "-O3", "-arch=sm_90", "-c", str(source), "-o", str(obj)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    symbols = subprocess.run([nm, "-g", "--defined-only", str(obj)], capture_output=True, text=True,
-                             check=True).stdout.split()
-    assert "gemmgen_gemm" in symbols
-    assert config.name in symbols  # the kernel's host stub
+    config, result = named_builds["v4"]  # the build every run makes (no compile of its own)
+
+    def symbols(path, *options):
+        return subprocess.run([nm, *options, "--defined-only", str(path)], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    assert "gemmgen_gemm" in symbols(result.library, "-D")  # the launcher, exported by the library
+    assert config.name in symbols(result.cubin)  # the kernel, as the runtime looks it up in the cubin
 
 
 # ---- random points ------------------------------------------------------------------------------
@@ -174,10 +245,11 @@ def test_random_points_cover_every_family_and_precision():
 
 
 @pytest.fixture(scope="module")
-def random_builds(build_cache):
+def random_builds():
     return run_two_at_a_time({name: partial(build_kernel, c) for name, c in RANDOM_POINTS.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", list(RANDOM_POINTS))
 def test_random_valid_point_compiles(random_builds, name):
@@ -217,11 +289,14 @@ def test_a_second_build_is_cached(tmp_path, monkeypatch):
     assert (second.cubin.read_bytes(), second.library.read_bytes()) == first_bytes
     assert second.usage == first.usage
     assert second.log == first.log
-    # another target or other flags are other compiles
-    other_arch = build_kernel(resolve_point("v1", "sm_89"))
-    assert other_arch.key != first.key and not other_arch.cached
-    other_flags = build_kernel(config, flags=("-O2",))
-    assert other_flags.key != first.key and not other_flags.cached
+    # another target or other flags are other compiles (of a source that fails at once: quick), and
+    # a compile error is cached as such
+    broken = build_library(BROKEN, parse_arch("sm_90"))
+    assert not broken.ok and not broken.cached and build_library(BROKEN, parse_arch("sm_90")).cached
+    other_arch = build_library(BROKEN, parse_arch("sm_89"))
+    other_flags = build_library(BROKEN, parse_arch("sm_90"), flags=("-O2",))
+    assert len({broken.key, other_arch.key, other_flags.key}) == 3
+    assert not other_arch.cached and not other_flags.cached
 
 
 @pytest.mark.nvcc

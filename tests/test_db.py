@@ -382,6 +382,26 @@ def test_reading_creates_nothing(tmp_path):
         assert db.results() == []
 
 
+def test_reading_leaves_the_file_in_its_journal_mode_and_writes_nothing(tmp_path):
+    """A file only read is opened read-only: a file in rollback-journal mode (as results/h100.db
+    ships, to be read from read-only media) is not switched to WAL, and no -wal or -shm file is
+    left beside it; recording switches it."""
+    path = tmp_path / "r.db"
+    with ResultsDB(f"sqlite:///{path}") as db:
+        db.problem(1, 2, 3, 1.0, 0.0)
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    with ResultsDB(f"sqlite:///{path}", create=False) as db:
+        assert db.results() == [] and db.version == 4
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db", "r.db.lock"]  # the lock file of the first open
+    with ResultsDB(f"sqlite:///{path}") as db:
+        db.problem(4, 5, 6, 1.0, 0.0)
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
 @pytest.mark.parametrize("bad", [
     "postgresql://bob:hunter2@127.0.0.1:1/gemm",  # no driver here, or nothing listening on port 1
     "nosuchdb://somewhere/x",

@@ -82,12 +82,18 @@ def test_nothing_stored_is_one_clear_error(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def dispatcher(tmp_path_factory, build_cache):
-    """The dispatcher of BIG / MID / THIN over three layers, built as a library."""
+def dispatcher_source(tmp_path_factory):
+    """(plan, source) of the dispatcher of BIG / MID / THIN over three layers."""
     db, _ = _stored(tmp_path_factory.mktemp("db"), [(CUBE, BIG, 1.01), (SMALL, MID, 1.06), (SKINNY, THIN, 1.05),
                                                     (WIDE, BIG, 1.03)])
     plan = plan_dispatch(db, "fp16", SM90, [CUBE, SMALL, SKINNY, WIDE])
-    source = render_dispatcher(plan, ["--dispatch", "--shape", "4096"])
+    return plan, render_dispatcher(plan, ["--dispatch", "--shape", "4096"])
+
+
+@pytest.fixture(scope="module")
+def dispatcher(dispatcher_source):
+    """The dispatcher of dispatcher_source, built as a library."""
+    plan, source = dispatcher_source
     build = build_library(source, plan.kernels[0].build_arch)
     assert build.ok, build.log
     launcher = Launcher(build.library)
@@ -150,14 +156,40 @@ def test_the_dispatcher_describes_the_launch_of_the_kernel_it_picks(dispatcher):
         launcher.describe(0, 4, 4, resident=132)
 
 
-def test_the_header_lists_the_kernels_and_each_layers_table(dispatcher):
-    plan, source, _, _ = dispatcher
+def test_the_header_lists_the_kernels_and_each_layers_table(dispatcher_source):
+    plan, source = dispatcher_source
     assert f"//   0  {plan.kernels[0].name}" in source
     assert "// layer 4096 x 4096 (N x K; asked at M = 16, 4096): 2 kernels measured on this layer" in source
     first = plan.layers[0].spans[0]
     assert f"//   1-{first.m_hi} " in source and "measured there (M)" in source
     assert source.count("namespace gg_") == 2 * len(plan.kernels)  # each kernel opened and closed once
     assert source.count("#include <cuda_runtime.h>") == 1  # hoisted out of the kernels' namespaces
+
+
+@pytest.mark.parametrize("variant", [Variant(), Variant("nt", "fp16", "col", "gelu", "strided")], ids=["plain", "batched"])
+def test_the_header_has_each_section_on_its_own_line(tmp_path, variant):
+    """The choice's paragraph ends before "kernels" (it once ran into it where the variant was not
+    batched), and each layer's table says its columns."""
+    db, _ = _stored_batched(tmp_path) if variant.batched else _stored(tmp_path, [(CUBE, BIG, 1.01), (SKINNY, THIN, 1.05)])
+    source = render_dispatcher(plan_dispatch(db, "fp16", SM90, [CUBE, SKINNY], variant=variant), ["--dispatch"])
+    header = source[:source.index("// ====", 1)]
+    assert "that takes it." in header and "\n// kernels    :\n" in header
+    assert [line for line in header.splitlines() if "//" in line[2:]] == []  # no line runs into the next
+    assert "//   M             kernel predicted us        measured there (M)" in header
+
+
+def test_the_note_on_stderr_is_one_short_line(capsys, tmp_path):
+    """However many shapes: the mapping is in the file's header, not on stderr."""
+    _, url = _stored(tmp_path, [(CUBE, BIG, 1.01), (SKINNY, THIN, 1.05), (WIDE, BIG, 1.03), (SMALL, MID, 1.06)])
+    shapes = [w for n in range(1, 41) for w in ("--shape", f"16x{128 * n}x4096")]
+    assert main(["emit", "--dispatch", *shapes, "--shape", "4096", "--precision", "fp16", "--gpu", "sm_90", "--db",
+                 url, "-o", str(tmp_path / "d.cu")]) == 0
+    note, wrote = capsys.readouterr().err.splitlines()
+    assert note.startswith("gemmgen: dispatcher of ") and note.endswith(
+        " kernel(s) for 40 layer(s) (N x K), every M from 1 to 8192: " + note.split(": ")[2].split(" ")[0]
+        + " spans; 39 layer(s) with nothing measured on them: their choices are predicted; its header has each "
+          "layer's table")
+    assert wrote == f"gemmgen: wrote {tmp_path / 'd.cu'}"
 
 
 @pytest.mark.nvcc
@@ -242,6 +274,7 @@ def test_a_variants_dispatcher_holds_only_kernels_of_it(tmp_path):
         render_dispatcher(mixed, ["--dispatch"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_path, build_cache):
     """nvcc builds it with a caller of the variant's signatures (a mismatch fails to compile); the
@@ -332,6 +365,7 @@ def test_emit_dispatch_of_a_strided_batch_from_the_cli(capsys, tmp_path):
     captured = capsys.readouterr()
     assert "dispatcher of 2 kernel(s) for 1 layer(s) (N x K)" in captured.err
     source = captured.out
+    assert f"{B_BIG}(" in source and f"{B_THIN}(" in source
     line = next(ln for ln in source.splitlines() if ln.startswith("//   gemmgen emit "))
     assert line == "//   gemmgen emit " + shlex.join(B_ARGV[1:])
     assert 'return "nt fp16 col gelu strided";' in source
@@ -364,6 +398,7 @@ def batched_dispatcher(tmp_path_factory, build_cache):
     return plan, Launcher(build.library)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_a_batched_dispatcher_has_the_batched_abi_and_picks_by_shape_alone(batched_dispatcher):
     """nvcc builds it (with its harness, ./gemm M N K [runs [batch]]) against a caller of the
@@ -434,8 +469,8 @@ def test_emit_dispatch_ranks_by_one_batch_count(capsys, tmp_path):
      "no verified fp16 (nt fp16 col gelu strided) kernel measured at a batch of 4 stored for sm_90 with a cuBLAS time "
      "beside it, at any shape"),
     (["best", "--precision", "fp16", "--shape", "64", "--batch", "0"], "the batch count must be at least 1"),
-    (["emit", "v4", "--batch", "8"], "--batch N picks stored measurements of N products per launch: it goes with "
-                                     "`emit best` or --dispatch"),
+    (["emit", "v4", "--batch", "8"], "--batch N goes with `emit best` or --dispatch, not with a named point or "
+                                     "--family: it picks stored measurements of N products per launch"),
 ])
 def test_batch_counts_nothing_is_stored_at_are_one_line_and_exit_2(capsys, tmp_path, argv, message):
     _, url = _stored_batched(tmp_path)

@@ -4,6 +4,10 @@ The documents are README.md, every docs/*.md (files added later included: the fo
 and results/README.md. docs/README.md states the convention for their fenced blocks:
 
 - ```sh       commands that need no GPU. Run by test_commands_run, in CI.
+- ```sh slow  commands that need no GPU but minutes of CPU (nvcc on a dispatcher of dozens of
+              kernels). Run in the document's order with its ```sh and ```console blocks by
+              test_slow_commands_run (marked slow: `pytest -m slow`, which CI runs too); their
+              gemmgen arguments are parsed in every run.
 - ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, in the
               document's order with its other blocks, by test_gpu_commands_run (marked gpu: it
               skips without a GPU). Here, without a GPU, their gemmgen arguments are parsed, so a
@@ -17,9 +21,9 @@ and results/README.md. docs/README.md states the convention for their fenced blo
 How a command runs: one line (with its `\\` continuations) is one command, run by bash from a
 scratch folder of the document's own that holds copies of results/ and workloads/ (so that the
 paths in the docs work and nothing lands in the checkout), with this interpreter's bin folder
-first on PATH (`gemmgen`, `python`), a build cache of the test session's own (or the folder
-GEMMGEN_DOCS_CACHE names: the cache is keyed by the source and nvcc, so one shared with an earlier
-run only saves compiles) and no GEMMGEN_DB. It must exit 0. Its wall time is printed (pytest shows
+first on PATH (`gemmgen`, `python`), the test session's build cache (conftest's build_cache, or
+the folder GEMMGEN_DOCS_CACHE names: the cache is keyed by the source and nvcc, so one shared with
+an earlier run only saves compiles) and no GEMMGEN_DB. It must exit 0. Its wall time is printed (pytest shows
 it with -rA or -s), so that a slow command is found. The steps of a line joined by `&&` are
 classified first:
 
@@ -49,7 +53,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CI = ROOT / ".ci" / "run"
 SHELL_LANGS = {"sh", "bash", "shell", "zsh", "console", "shell-session", "shellsession"}
-KINDS = {"sh": "sh", "sh gpu": "gpu", "console": "console"}
+KINDS = {"sh": "sh", "sh gpu": "gpu", "sh slow": "slow", "console": "console"}
 SHELL_WORDS = re.compile(r"^\s*(\$ |gemmgen |python3? |pip3? |nvcc |\./|\. \.venv|source |optuna-dashboard |cd |export |git )")
 COMMAND_TIMEOUT_S = 600
 
@@ -196,10 +200,10 @@ def pytest_args(words: list[str]) -> list[str] | None:
 # ---- running -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def docs_env(tmp_path_factory):
+def docs_env(build_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("GEMMGEN_DB", "VIRTUAL_ENV")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["GEMMGEN_CACHE"] = os.environ.get("GEMMGEN_DOCS_CACHE") or str(tmp_path_factory.mktemp("docs-cache"))
+    env["GEMMGEN_CACHE"] = os.environ.get("GEMMGEN_DOCS_CACHE") or str(build_cache)
     env["GEMMGEN_DOCS_TEST"] = "1"
     return env
 
@@ -281,7 +285,8 @@ def test_no_untested_commands(doc):
         if block.info in KINDS:
             continue
         assert lang not in SHELL_LANGS, (f"{block.where}: a ```{block.info} block: shell commands go in ```sh "
-                                         "(no GPU), ```sh gpu or ```console blocks, which tests/test_docs.py runs")
+                                         "(no GPU), ```sh slow, ```sh gpu or ```console blocks, which "
+                                         "tests/test_docs.py runs")
         if not lang:
             shellish = [line for line in block.lines if SHELL_WORDS.match(line)]
             assert not shellish, (f"{block.where}: an untagged block with commands ({shellish[0].strip()!r}): "
@@ -289,31 +294,54 @@ def test_no_untested_commands(doc):
                                   "```text if it is not a command")
 
 
+def parse_gemmgen_arguments(block: Block) -> None:
+    """Fails the test where a gemmgen command of ``block`` (one not run here) has arguments its
+    parser refuses."""
+    from gemmgen.cli import build_parser
+
+    for command in commands(block):
+        for step in split_steps(command):
+            words = shlex.split(step, comments=True)
+            if check_setup(words, block.where) or pytest_args(words) is not None:
+                continue
+            words = shlex.split(re.split(r"\s(?:\d?>|\|)", step)[0], comments=True)  # up to a redirect or pipe
+            if words[0] == "gemmgen":
+                try:
+                    build_parser().parse_args(words[1:])
+                except SystemExit:
+                    pytest.fail(f"{block.where}: gemmgen does not take `{step}`")
+
+
+def run_blocks(doc: Path, tmp_path: Path, env: dict, kinds: set[str]) -> None:
+    """The document's blocks of ``kinds``, in order, in a scratch folder of its own; the
+    gemmgen arguments of its other shell blocks parsed."""
+    cwd = scratch(tmp_path)
+    for block in shell_blocks(doc):
+        if KINDS[block.info] in kinds:
+            run_block(block, cwd, env)
+        else:
+            parse_gemmgen_arguments(block)
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("doc", DOCS, ids=IDS)
 def test_commands_run(doc, tmp_path, docs_env):
-    """The ```sh and ```console blocks, in order; the ```sh gpu blocks' gemmgen arguments parsed."""
-    from gemmgen.cli import build_parser
-
-    found = shell_blocks(doc)
-    if not found:
+    """The ```sh and ```console blocks, in order; the ```sh gpu and ```sh slow blocks' gemmgen
+    arguments parsed."""
+    if not shell_blocks(doc):
         pytest.skip(f"{doc.name} shows no commands")
-    cwd = scratch(tmp_path)
-    for block in found:
-        if KINDS[block.info] != "gpu":
-            run_block(block, cwd, docs_env)
-            continue
-        for command in commands(block):
-            for step in split_steps(command):
-                words = shlex.split(step, comments=True)
-                if check_setup(words, block.where) or pytest_args(words) is not None:
-                    continue
-                words = shlex.split(re.split(r"\s(?:\d?>|\|)", step)[0], comments=True)  # up to a redirect or pipe
-                if words[0] == "gemmgen":
-                    try:
-                        build_parser().parse_args(words[1:])
-                    except SystemExit:
-                        pytest.fail(f"{block.where}: gemmgen does not take `{step}`")
+    run_blocks(doc, tmp_path, docs_env, {"sh", "console"})
+
+
+SLOW_DOCS = [d for d in DOCS if any(KINDS[b.info] == "slow" for b in shell_blocks(d))]
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.parametrize("doc", SLOW_DOCS, ids=[str(d.relative_to(ROOT)) for d in SLOW_DOCS])
+def test_slow_commands_run(doc, tmp_path, docs_env):
+    """The ```sh slow blocks, in order with the ```sh and ```console ones."""
+    run_blocks(doc, tmp_path, docs_env, {"sh", "slow", "console"})
 
 
 @pytest.mark.gpu
@@ -323,9 +351,7 @@ def test_gpu_commands_run(doc, tmp_path, docs_env):
     found = shell_blocks(doc)
     if not any(KINDS[b.info] == "gpu" for b in found):
         pytest.skip(f"{doc.name} shows no GPU commands")
-    cwd = scratch(tmp_path)
-    for block in found:
-        run_block(block, cwd, docs_env)
+    run_blocks(doc, tmp_path, docs_env, {"sh", "slow", "gpu", "console"})
 
 
 def _with_blocks(test) -> list[Path]:

@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import FASTGEMM_POINTS as POINTS
 from conftest import FASTGEMM_SEED as SEED
-from conftest import assert_compiles_without_spills, build_all, nvcc_compile
+from conftest import assert_compiles_without_spills, build_all, nvcc_compile, slow_after
 
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidPoint
@@ -157,10 +157,11 @@ def test_renders(point):
 # ---- nvcc ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def builds(build_cache):
+def builds():
     return build_all({(p, a): make_config("fastgemm", POINTS[p], "fp32", a) for p in POINTS for a in ARCHS})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("point", sorted(POINTS))
@@ -176,7 +177,7 @@ def ptx_of(config, tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("kc", [1, 2, 8])
+@pytest.mark.parametrize("kc", slow_after(1, [8, 1, 2]))
 def test_the_c_tile_is_written_in_shared_memory_every_kc_steps(tmp_path, kc):
     """The compiler must not keep the C tile in registers: per K tile, each thread adds its
     AV x NB = 24 float4 vectors into shared memory BK/KC times, in each of the two copies of

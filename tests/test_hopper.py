@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import launcher_of, nvcc_compile
+from conftest import launcher_of, nvcc_compile, slow_after
 
 from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
@@ -20,12 +20,6 @@ from gemmgen.render import render_kernel
 from gemmgen.runtime import ShapeRefused
 
 DEFAULT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
-    return build_cache
 
 
 def test_name_geometry_and_boxes_of_the_default_point():
@@ -281,6 +275,8 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.nvcc
 @pytest.mark.parametrize("precision, params", VARIANTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(VARIANTS)])
 def test_variants_compile_for_sm90a_without_spills(precision, params):
     config = make_config("hopper", params, precision, "sm_90")
@@ -305,11 +301,12 @@ def _nvdisasm() -> str | None:
         return None
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed (the CUDA toolkit, or "
                                                 "`pip install nvidia-cuda-nvdisasm`, which the test extra does)")
-@pytest.mark.parametrize("precision, swap, hgmma", [("fp16", 0, "HGMMA.64x256x16.F32"),
-                                                    ("tf32", 0, "HGMMA.64x128x8.F32.TF32"),
-                                                    ("fp16", 1, "HGMMA.64x128x16.F32")])
+@pytest.mark.parametrize("precision, swap, hgmma", slow_after(1, [("fp16", 0, "HGMMA.64x256x16.F32"),
+                                                                 ("tf32", 0, "HGMMA.64x128x8.F32.TF32"),
+                                                                 ("fp16", 1, "HGMMA.64x128x16.F32")]))
 def test_sass_has_hgmma_and_tma_loads(precision, swap, hgmma):
     config = make_config("hopper", {**DEFAULT, "swap": swap}, precision, "sm_90")
     result = build_kernel(config)
@@ -324,13 +321,14 @@ def test_sass_has_hgmma_and_tma_loads(precision, swap, hgmma):
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
-@pytest.mark.parametrize("params, pingpong, stream_k", [
+@pytest.mark.parametrize("params, pingpong, stream_k", slow_after(2, [
     ({}, False, False),
     ({"BN": 128, "stages": 6, "schedule": "pingpong"}, True, False),
     ({"streamk": 1}, False, True),
     ({"streamk": 1, "cluster": 2}, False, True),
-])
+]))
 def test_variants_branch_in_cpp_and_compile_only_their_own_code(params, pingpong, stream_k):
     """The variation lives in `if constexpr` on HP_PINGPONG / HP_STREAM_K, so every variant's
     source holds every branch; the machine code must hold only its own: the consumers' named
@@ -400,6 +398,8 @@ def test_stream_k_source_and_launcher():
     assert "constexpr bool HP_STREAM_K = false;" in whole and "out.flag_words" not in whole
 
 
+@pytest.mark.slow
+@pytest.mark.nvcc
 @pytest.mark.parametrize("precision, params, stores, loads", [
     ("fp16", {**DEFAULT, "swizzle": 8, "cluster": 2, "streamk": 1, "overlap": 1}, 16, 16),
     ("tf32", {**DEFAULT, "cluster": 2, "streamk": 1}, 24, 48)])
@@ -421,6 +421,8 @@ def test_stream_k_with_a_cluster_spills_at_most_a_few_words_outside_the_k_loop(p
         assert hgmma and not any("LDL" in line or "STL" in line for line in code[hgmma[0]:hgmma[-1]])
 
 
+@pytest.mark.slow
+@pytest.mark.nvcc
 def test_stream_k_harness_compiles(tmp_path):
     config = make_config("hopper", {**DEFAULT, "cluster": 2, "streamk": 1}, "bf16", "sm_90")
     # as the file's build line says (-arch=sm_90a would add compute_90 PTX, which has no wgmma)
@@ -548,6 +550,7 @@ def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
     assert "p.N, p.K, b_bytes ? kp : (size_t)p.K, 64, 64);" in source
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_packs_a_stored_k_by_m_where_its_rows_of_m_break_16_bytes():
     tn = launcher_of(make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90"))
@@ -560,9 +563,10 @@ def test_packs_a_stored_k_by_m_where_its_rows_of_m_break_16_bytes():
     assert packed(tt, 7, 33, 63) == (-(-63 * 8 * 2 // 256) * 256, -(-33 * 64 * 2 // 256) * 256)
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
-@pytest.mark.parametrize("key, flags", [("nn", ".tnspB"), ("nn-swap", ".tnspA"), ("tn", ".tnspA.tnspB"),
-                                        ("tt", ".tnspA"), ("tn-swap", ".tnspA.tnspB"), ("tt-swap", ".tnspB")])
+@pytest.mark.parametrize("key, flags", slow_after(1, [("nn", ".tnspB"), ("nn-swap", ".tnspA"), ("tn", ".tnspA.tnspB"),
+                                                     ("tt", ".tnspA"), ("tn-swap", ".tnspA.tnspB"), ("tt-swap", ".tnspB")]))
 def test_sass_transposes_exactly_the_operands_stored_mn_major(key, flags):
     """Every HGMMA of the kernel carries the transpose flags of its variant's operands (the
     builds of test_variants_compile_for_sm90a_without_spills, cached), and A stored K x M arrives

@@ -8,7 +8,7 @@ use, worked out here independently. The GPU tests (test_gpu_sequence.py) run the
 import zlib
 
 import pytest
-from conftest import call_sequence, launcher_of, split_points
+from conftest import call_sequence, launcher_of, slow_after, split_points
 
 from gemmgen.config import make_config
 from gemmgen.points import NAMED_POINTS, resolve_point
@@ -19,11 +19,6 @@ pytestmark = pytest.mark.nvcc
 
 H100_SMS = 132
 ESIZE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    return build_cache
 
 
 def cdiv(a, b):
@@ -70,12 +65,14 @@ def test_split_k_grid_and_workspace():
 
 
 def test_no_workspace_without_state():
-    for point in NAMED_POINTS:
+    """A named point of each family without split-K or stream-K (the builds of test_build's every
+    run): no flags, no partial sums, one layer of blocks."""
+    for point in ("v1", "v2", "v3", "v4", "v6", "fastgemm", "mma_fp16", "mma_bf16"):
         config = resolve_point(point)
-        if config.geometry.split_k == 1 and not config.geometry.stream_k and config.family.name != "hopper":
-            info = launcher_of(config).describe(4095, 4097, 4093, 1, 1, 0.0, 2, resident=H100_SMS)
-            assert (info.flag_words, info.partial_bytes) == (0, 0), point
-            assert info.grid[2] == 1, point
+        assert config.geometry.split_k == 1 and not config.geometry.stream_k
+        info = launcher_of(config).describe(4095, 4097, 4093, 1, 1, 0.0, 2, resident=H100_SMS)
+        assert (info.flag_words, info.partial_bytes) == (0, 0), point
+        assert info.grid[2] == 1, point
 
 
 # ---- the workspace over sequences of shapes -------------------------------------------------------
@@ -114,9 +111,11 @@ def stateful_configs():
 
 
 STATEFUL = stateful_configs()
+# every run: split-K (the named point), stream-K and mma's stages; the rest in the slow run
+EVERY_RUN = ["splitk", "hopper_sk", "mma_fp16"]
 
 
-@pytest.mark.parametrize("label", sorted(STATEFUL))
+@pytest.mark.parametrize("label", slow_after(len(EVERY_RUN), EVERY_RUN + sorted(set(STATEFUL) - set(EVERY_RUN))))
 def test_every_launch_of_a_sequence_gets_the_workspace_its_kernel_uses(label):
     """Over 30 calls in an order that grows and shrinks, each launch is given at least the flags
     and partial sums its kernel indexes, and exactly the packed copies its pack kernel writes. The
@@ -192,6 +191,7 @@ int main()
     assert out[1] == ("1 refused M=0 N=1 K=1: warp_128x128x8_w64x32_t8x8_b2_fp32: M, N and K must be >= 1")
 
 
+@pytest.mark.slow
 def test_stream_k_takes_every_sm_where_tiles_are_fewer():
     """A stream-K kernel's grid is the whole resident grid even at a thin shape, so that its tiles
     are shared out by k over every SM (its own split-K); without stream-K, one block per tile."""

@@ -203,23 +203,16 @@ COMPILED = {
 
 
 @pytest.fixture(scope="module")
-def compiled(build_cache):
+def compiled():
     return build_all({key: make_config(f, params, p, arch) for key, (f, p, params, arch) in COMPILED.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("key", sorted(COMPILED))
 def test_variant_compiles_without_spills(compiled, key):
     config, result = compiled[key]
     assert_compiles_without_spills(config, result)
-
-
-@pytest.mark.nvcc
-def test_launcher_reports_its_layout(compiled):
-    from gemmgen.runtime import Launcher
-
-    for key, variant in (("mma-bf16-tt-obf16-sm80", Variant("tt", "bf16")), ("warp-tn", Variant("tn"))):
-        assert Launcher(compiled[key][1].library).variant == variant
 
 
 # ---- the checks' cuBLAS calls read each layout as stored -----------------------------------------

@@ -11,12 +11,6 @@ from gemmgen.render import render_kernel
 DEFAULT = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    """Every test here builds into a fresh cache (conftest.py's build_cache)."""
-    return build_cache
-
-
 def test_name_and_geometry_of_the_default_point():
     c = make_config("mma", DEFAULT, "fp16")
     assert c.name == "mma_128x128x32_w2x2_s3_f2_fp16"
@@ -90,6 +84,7 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("precision, params, arch", VARIANTS,
                          ids=[f"{p}-{a}-{i}" for i, (p, _, a) in enumerate(VARIANTS)])

@@ -230,10 +230,11 @@ BUILD_ARCHS = ("sm_80", "sm_90")
 
 
 @pytest.fixture(scope="module")
-def builds(build_cache):
+def builds():
     return build_all({(p, a): make_config("warp", BUILD_POINTS[p], arch=a) for p in BUILD_POINTS for a in BUILD_ARCHS})
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", BUILD_ARCHS)
 @pytest.mark.parametrize("point", sorted(BUILD_POINTS))

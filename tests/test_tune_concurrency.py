@@ -1,9 +1,10 @@
 """Many tuners on one study, without a GPU: tuner processes (tune_worker.py, the fake GPU step) on
 a fresh SQLite file and on a fresh database of a real PostgreSQL server started by the test
-session. Twenty times over: no process crashes, every trial ends told (none left running or
-waiting), the trials add up to what the tuners report, and no point is measured twice. Then a
-tuner killed with SIGKILL in the middle of a measurement: its trial goes stale, another tuner
-fails it, Optuna enqueues it again, and that tuner takes the claim over and measures it."""
+session. Once in every run, and twenty times over in the slow run (the soak, `pytest -m slow`):
+no process crashes, every trial ends told (none left running or waiting), the trials add up to
+what the tuners report, and no point is measured twice. Then a tuner killed with SIGKILL in the
+middle of a measurement: its trial goes stale, another tuner fails it, Optuna enqueues it again,
+and that tuner takes the claim over and measures it."""
 
 import json
 import os
@@ -20,7 +21,7 @@ import pytest
 from gemmgen.db import ResultsDB
 
 WORKER = Path(__file__).with_name("tune_worker.py")
-REPETITIONS = 20
+SOAK = 20  # repetitions of the slow run: the races are rare
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -50,8 +51,9 @@ def measured_rows(url: str) -> Counter:
         return Counter(r.kernel for r in db.results() if not r.kernel.startswith("cublas"))
 
 
-def test_tuners_starting_together_on_a_fresh_study_never_crash_and_account_for_every_trial(fresh_url):
-    for repetition in range(REPETITIONS):
+@pytest.mark.parametrize("repetitions", [1, pytest.param(SOAK, marks=pytest.mark.slow)], ids=["once", "soak"])
+def test_tuners_starting_together_on_a_fresh_study_never_crash_and_account_for_every_trial(fresh_url, repetitions):
+    for repetition in range(repetitions):
         url = fresh_url()
         procs = [start(url, "shared", 4, seed) for seed in range(3)]
         reports = [finish(p) for p in procs]

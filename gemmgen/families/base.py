@@ -33,7 +33,7 @@ class Param:
         is_int = isinstance(self.choices[0], int)
         value: object = raw
         if is_int and isinstance(raw, str):
-            value = int(raw.strip()) if re.fullmatch(r"\d+", raw.strip()) else raw
+            value = int(raw.strip()) if re.fullmatch(r"[0-9]+", raw.strip()) else raw  # ASCII digits only
         elif isinstance(raw, str):
             value = raw.strip().lower()
         if isinstance(value, bool) or value not in self.choices or type(value) is not type(self.choices[0]):

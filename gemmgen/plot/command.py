@@ -1,6 +1,6 @@
 """The `plot` subcommand: its arguments, and turning them into one picture file.
 
-Only argparse is imported here at start-up; the database, Optuna and matplotlib are imported
+Only argparse (and gemmgen's table of precisions) is imported here at start-up; the database, Optuna and matplotlib are imported
 when a picture is made.
 """
 
@@ -8,19 +8,23 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from gemmgen.dtypes import PRECISIONS
+
 KINDS = ("history", "suite", "ladder", "importance")
 
 
-def add_parser(sub, add_db_argument: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Adds `plot` to the CLI's subparsers ``sub``; ``add_db_argument`` adds the shared --db."""
+def add_parser(sub, add_db_argument: Callable[[argparse.ArgumentParser], None],
+               output_file: Callable[[str], str]) -> None:
+    """Adds `plot` to the CLI's subparsers ``sub``; ``add_db_argument`` adds the shared --db,
+    ``output_file`` is the shared type of -o (checked before any work)."""
     p = sub.add_parser("plot", help="draw a study's tuning history, the suite heatmap, the v1..v6 ladder or a "
                        "study's parameter importances to a PNG or SVG file (extra 'plot': matplotlib)")
     p.add_argument("kind", choices=KINDS, help="history and importance need --study; suite and ladder read the "
                    "stored measurements")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the picture: FILE.png or FILE.svg")
+    p.add_argument("-o", "--output", required=True, type=output_file, metavar="FILE", help="the picture: FILE.png or FILE.svg")
     p.add_argument("--study", metavar="NAME", help="history, importance: the Optuna study (a wrong name lists "
                    "them)")
-    p.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"],
+    p.add_argument("--precision", choices=tuple(PRECISIONS),
                    help="ladder: only the named points of this precision, and its cuBLAS (default: all)")
     p.add_argument("--gpu", metavar="ARCH", help="suite, ladder: kernels built for this architecture (default: "
                    "the one the database holds)")

@@ -84,7 +84,7 @@ def suite(pyplot, data: SuiteGrid):
     ax.tick_params(axis="x", top=True, labeltop=True, bottom=False, labelbottom=False)
     ax.grid(False)
     ax.set_ylabel("shape (M x N x K)")
-    ax.set_title(f"suite on {data.arch}: kernel time ratio to cuBLAS (> 1: faster; bold: >= 1)", pad=12)
+    ax.set_title(f"suite on {data.arch}: cuBLAS's time / the kernel's (> 1: faster; bold: >= 1)", pad=12)
     bar = fig.colorbar(image, ax=ax, label="ratio to cuBLAS", extend="max" if high > top else "neither")
     bar.ax.minorticks_off()
     ticks = [t / 20 for t in range(math.ceil(20 * norm.vmin), math.floor(20 * norm.vmax) + 1)]
