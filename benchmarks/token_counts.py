@@ -15,7 +15,6 @@ import math
 import random
 import sys
 
-import numpy as np
 import torch
 from alternate import Alternate
 
