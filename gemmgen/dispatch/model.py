@@ -29,7 +29,7 @@ import math
 import random
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -297,10 +297,3 @@ def stored_samples(db, precision: str, arch: Arch, variant: Variant = Variant(),
         raise GemmgenError(f"no fully timed {precision} measurement of variant {variant.text} on {device}")
     return samples, {k: c for k, c in configs.items() if c is not None}, sms or 132, device
 
-
-def candidates_by_layer(samples: Iterable[Sample]) -> dict[tuple[int, int], set[str]]:
-    """(N, K) -> the kernels measured there."""
-    out = defaultdict(set)
-    for s in samples:
-        out[s.shape.n, s.shape.k].add(s.kernel)
-    return out

@@ -85,16 +85,16 @@ class DispatchPlan:
     share_within: float = SHARE_WITHIN
 
 
-def _candidates(model: TimeModel, samples, n: int, k: int) -> tuple[list[str], str]:
-    on_layer = sorted({s.kernel for s in samples if (s.shape.n, s.shape.k) == (n, k)})
+def _candidates(measured_at: dict, n: int, k: int) -> tuple[list[str], str]:
+    """The candidates of layer N x K (see the module) and where they came from, in words;
+    ``measured_at``: (kernel, N, K) -> the token counts it was measured at there."""
+    on_layer = sorted(name for name, n2, k2 in measured_at if (n2, k2) == (n, k))
     if on_layer:
         return on_layer, f"{len(on_layer)} kernels measured on this layer"
     layers = defaultdict(set)
-    for s in samples:
-        layers[s.kernel].add((s.shape.n, s.shape.k))
-    known = sorted(name for name, where in layers.items() if len(where) >= 2)
-    if not known:
-        known = sorted(layers)
+    for name, n2, k2 in measured_at:
+        layers[name].add((n2, k2))
+    known = sorted(name for name, where in layers.items() if len(where) >= 2) or sorted(layers)
     return known, f"nothing measured on this layer: {len(known)} kernels measured on other layers, predicted"
 
 
@@ -142,16 +142,18 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
     asked = defaultdict(list)
     for s in shapes:
         asked[s.n, s.k].append(s.m)
-    measured_at = defaultdict(set)
+    found = defaultdict(set)
     for s in samples:
-        measured_at[s.kernel, s.shape.n, s.shape.k].add(s.shape.m)
+        found[s.kernel, s.shape.n, s.shape.k].add(s.shape.m)
+    measured_at = dict(found)  # (kernel, N, K) -> token counts measured: only what was, however it is read
     # per layer: candidate names, their predicted times (candidates x M), where they came from
     grids, bases = {}, {}
     for n, k in asked:
-        names, basis = _candidates(model, samples, n, k)
+        names, basis = _candidates(measured_at, n, k)
         raw = np.stack([model.predict_m(configs[name], n, k, ms) for name in names])
-        times = raw * np.stack([_caution(measured_at[name, n, k], ms) for name in names])
-        times *= np.stack([_regime(model, configs[name], n, k, measured_at[name, n, k], ms) for name in names])
+        times = raw * np.stack([_caution(measured_at.get((name, n, k), set()), ms) for name in names])
+        times *= np.stack([_regime(model, configs[name], n, k, measured_at.get((name, n, k), set()), ms)
+                           for name in names])
         keep = (times <= times.min(axis=0) * (1.0 + PREFILTER)).any(axis=1)
         grids[n, k] = ([name for name, kept in zip(names, keep) if kept], times[keep], raw[keep])
         bases[n, k] = basis
@@ -186,7 +188,7 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
             lo, hi = int(ms[start]), int(ms[end - 1])
             spans.append(Span(lo, hi, chosen.index(name), float(raw[pick[start], start]),
                               float(raw[pick[start], end - 1]),
-                              tuple(sorted(m for m in measured_at[name, n, k] if lo <= m <= hi))))
+                              tuple(sorted(m for m in measured_at.get((name, n, k), ()) if lo <= m <= hi))))
             start = end
         layers.append(Layer(n, k, tuple(spans), tuple(sorted(asked[n, k])), bases[n, k]))
     return DispatchPlan(precision, arch, tuple(configs[name] for name in chosen), tuple(layers), (device,), variant,
