@@ -71,6 +71,8 @@ _raw_device = getattr(torch._C, "_cuda_getDevice", None)
 # How many torch dispatch modes are active (FakeTensorMode, make_fx's proxy mode, ...); an eager
 # call only skips torch's dispatcher where there are none.
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+# Whether torch's current stream is capturing a CUDA graph, without building a Stream object.
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
 
 
 def _current_stream(index: int) -> int:
@@ -202,19 +204,23 @@ class GemmOp:
 
     def _eager(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
         """The call on tensors with data: checks, then the launch (or torch's work where empty)."""
-        mnk = self._plain(a, b, out, beta, bias)
-        if mnk is None:
-            mnk = check_call(self.precision, *_operands(a, b, out), beta, self.variant,
-                             None if bias is None else _operand("bias", bias))
-        m, n, k = mnk
+        plain = self._plain(a, b, out, beta, bias)
+        if plain is None:
+            m, n, k = check_call(self.precision, *_operands(a, b, out), beta, self.variant,
+                                 None if bias is None else _operand("bias", bias))
+            addresses = (a.data_ptr(), b.data_ptr(), None if out is None else out.data_ptr(),
+                         None if bias is None else bias.data_ptr())
+        else:
+            m, n, k, addresses = plain
         if out is None:
             out = torch.empty((m, n), dtype=self.out_dtype, device=a.device)
         if m == 0 or n == 0:
             return out
         if k == 0:
             return self._no_product(out, beta, bias)
-        self._queue(a.device, (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
-                               None if bias is None else bias.data_ptr()))
+        pa, pb, pc, pbias = addresses
+        self._queue(a.device, (m, n, k, float(alpha), pa, pb, float(beta), out.data_ptr() if pc is None else pc,
+                               pbias))
         return out
 
     def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
@@ -237,16 +243,18 @@ class GemmOp:
                "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[self.variant.act]
         return out.copy_(act(x))
 
-    def _plain(self, a, b, out, beta, bias) -> tuple[int, int, int] | None:
-        """(M, N, K) for the everyday call -- dense, contiguous CUDA tensors of this op's dtypes on
-        one device, fitting shapes, an out apart from them, the bias the variant takes, no grad --
-        judged with torch's own cheap predicates (a Parameter counts as a tensor: nn.Linear's
-        weight and bias are); None for anything else. It accepts a subset of
-        what check_call accepts (test_gpu_torch.py checks that on many tensors); anything else
-        goes through check_call, which says what is wrong."""
-        v, strided = self.variant, torch.strided
-        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is self.dtype and b.dtype is self.dtype
-                and a.layout is strided and b.layout is strided and a.is_cuda and a.dim() == 2 and b.dim() == 2
+    def _plain(self, a, b, out, beta, bias) -> tuple | None:
+        """(M, N, K, (the addresses of a, b, out and bias, None for those not given)) for the
+        everyday call -- dense, contiguous CUDA tensors of this op's dtypes on one device, fitting
+        shapes, an out apart from them, the bias the variant takes, no grad -- judged with torch's
+        own cheap predicates (a Parameter counts as a tensor: nn.Linear's weight and bias are);
+        None for anything else. It accepts a subset of what check_call accepts
+        (test_gpu_torch.py checks that on many tensors); anything else goes through check_call,
+        which says what is wrong. Each tensor's address is read once: this is the host time of
+        every eager call."""
+        v, strided, dtype = self.variant, torch.strided, self.dtype
+        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is dtype and b.dtype is dtype
+                and a.layout is strided and b.layout is strided and a.dim() == 2 and b.dim() == 2 and a.is_cuda
                 and a.get_device() == b.get_device() and a.is_contiguous() and b.is_contiguous()
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
             return None
@@ -264,19 +272,26 @@ class GemmOp:
         if v.bias == "none":
             if bias is not None:
                 return None
+            pbias = None
         elif not (type(bias) in _PLAIN_TYPES and bias.dtype is self.out_dtype and bias.layout is strided
-                  and bias.get_device() == device and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
-                  and bias.is_contiguous() and not (bias.requires_grad and torch.is_grad_enabled())):
+                  and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
+                  and bias.get_device() == device and bias.is_contiguous()
+                  and not (bias.requires_grad and torch.is_grad_enabled())):
             return None
+        else:
+            pbias = bias.data_ptr()
+        pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
-            return (m, n, k) if beta == 0 else None
+            return (m, n, k, (pa, pb, None, pbias)) if beta == 0 else None
         if not (type(out) in _PLAIN_TYPES and out.dtype is self.out_dtype and out.layout is strided
                 and out.get_device() == device and out.shape == (m, n) and out.is_contiguous()):
             return None
-        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
-        apart = all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo
-                    for t in (a, b, bias) if t is not None)
-        return (m, n, k) if apart else None
+        lo = out.data_ptr()
+        hi = lo + out.nbytes
+        if (pa < hi and pa + a.nbytes > lo) or (pb < hi and pb + b.nbytes > lo) or (
+                pbias is not None and pbias < hi and pbias + bias.nbytes > lo):
+            return None
+        return m, n, k, (pa, pb, lo, pbias)
 
     def _queue(self, device: torch.device, args: tuple) -> None:
         """Queue the launch of ``args`` on torch's current stream of CUDA ``device``. The
@@ -317,10 +332,27 @@ class GemmOp:
             plans[key] = plan
         need = plan.workspace_bytes
         if need:
-            workspace = torch.empty(need, dtype=torch.uint8, device=device)
-            plan.run(workspace.data_ptr(), need)
+            plan.run(self._workspace(need, stream, device), need)
         else:
             plan.run()
+
+    def _workspace(self, need: int, stream: int, device: torch.device) -> int:
+        """The address of ``need`` bytes of workspace for a launch queued next on ``stream``.
+
+        During a CUDA-graph capture: a new tensor from torch's allocator, which draws it from the
+        graph's pool (the graph keeps it for its replays). Otherwise this thread's buffer for
+        ``stream`` (grown where a launch needs more; the old one goes back to torch's allocator,
+        stream-ordered): launches on one stream run in order, so they can share it, and an eager
+        call allocates nothing most of the time (an allocation costs microseconds of host time).
+        release() drops the buffers."""
+        if _capturing():
+            return torch.empty(need, dtype=torch.uint8, device=device).data_ptr()
+        buffers = self._buffers()
+        key = (device.index, stream)
+        buffer = buffers.get(key)
+        if buffer is None or buffer.numel() < need:
+            buffer = buffers[key] = torch.empty(need, dtype=torch.uint8, device=device)
+        return buffer.data_ptr()
 
     def _new_plan(self, args: tuple, stream: int):
         """The launcher's plan of ``args`` (as _launch takes them) on ``stream``: in the caller's
@@ -344,6 +376,12 @@ class GemmOp:
             self._local.plans = {}
         return self._local.plans
 
+    def _buffers(self) -> dict:
+        """This thread's workspace buffers: (device index, stream) -> uint8 tensor."""
+        if not hasattr(self._local, "buffers"):
+            self._local.buffers = {}
+        return self._local.buffers
+
     mm = __call__
 
     def choice(self, m: int, n: int, k: int) -> str | None:
@@ -353,11 +391,12 @@ class GemmOp:
 
     def release(self) -> None:
         """Free the workspace the launcher keeps per stream and device for its C callers and
-        libraries of earlier gemmgen (gemmgen.torch's calls take theirs from torch's allocator);
-        it waits for each such device's work first. Raises NotCapturable during a capture, which
+        libraries of earlier gemmgen (it waits for each such device's work first), and give this
+        thread's workspace buffers (GemmOp._workspace) back to torch's allocator. Raises NotCapturable during a capture, which
         that wait would break."""
         self._refuse_capture("release() waits for the device's work, which would break the CUDA graph capture "
                              "under way: call it outside the capture")
+        self._buffers().clear()
         self.launcher.release()
 
 

@@ -124,20 +124,28 @@ def test_compile_fullgraph_dynamic_is_one_graph_without_a_break(ops):
     def block(x, w, b):
         return F.silu(op(x, w, bias=b)) * 2
 
+    def stock_block(x, w, b):
+        return F.silu(F.linear(x, w, b)) * 2
+
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    stock_counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
     compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
+    compiled_stock = torch.compile(stock_block, fullgraph=True, dynamic=True, backend=stock_counter)
     failures = []
     with torch.no_grad():
         for m, n, k in ((17, 4096, 4096), (100, 4096, 4096), (1000, 1024, 4093), (4095, 1024, 1000)):
             x, w, b = linear_inputs(gen, m, n, k)
             got, want = compiled(x, w, b), block(x, w, b)
+            compiled_stock(x, w, b)
             assert got.shape == (m, n) and got.dtype == BF
             if (apart := close_to(got, want)):
                 failures.append(f"{m}x{n}x{k}: {apart}")
         explained = torch._dynamo.explain(block)(x, w, b)
     assert not failures, "\n".join(failures)
-    assert counter.frame_count == 1  # one compile for the four shapes
+    # The first shape has N == K, so torch's duck sizing guards N == K and the third shape compiles
+    # again, for F.linear as for the op: the op adds no compile of its own.
+    assert counter.frame_count == stock_counter.frame_count <= 2, (counter.frame_count, stock_counter.frame_count)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
