@@ -193,7 +193,7 @@ class GemmOp:
         """
         if torch.compiler.is_compiling() or _dispatch_modes():
             return self._through_op(a, b, out, alpha, beta, bias)
-        return self._eager(a, b, out, alpha, beta, bias)
+        return self._eager(a, b, out, alpha, beta, bias, keep=True)
 
     def _through_op(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
         """The call as the registered operator (which torch.compile and dispatch modes see)."""
@@ -202,8 +202,11 @@ class GemmOp:
         torch.ops.gemmgen.gemm_out(self.key, a, b, out, bias, float(alpha), float(beta))
         return out
 
-    def _eager(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
-        """The call on tensors with data: checks, then the launch (or torch's work where empty)."""
+    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False) -> torch.Tensor:
+        """The call on tensors with data: checks, then the launch (or torch's work where empty).
+        ``keep``: the launch may use this thread's kept workspace buffer (_workspace); the
+        operators pass False, since torch.compile's CUDA graphs (mode="reduce-overhead") run
+        them where every allocation that outlives a call must be an output."""
         plain = self._plain(a, b, out, beta, bias)
         if plain is None:
             m, n, k = check_call(self.precision, *_operands(a, b, out), beta, self.variant,
@@ -220,7 +223,7 @@ class GemmOp:
             return self._no_product(out, beta, bias)
         pa, pb, pc, pbias = addresses
         self._queue(a.device, (m, n, k, float(alpha), pa, pb, float(beta), out.data_ptr() if pc is None else pc,
-                               pbias))
+                               pbias), keep)
         return out
 
     def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
@@ -293,18 +296,18 @@ class GemmOp:
             return None
         return m, n, k, (pa, pb, lo, pbias)
 
-    def _queue(self, device: torch.device, args: tuple) -> None:
+    def _queue(self, device: torch.device, args: tuple, keep: bool) -> None:
         """Queue the launch of ``args`` on torch's current stream of CUDA ``device``. The
         launcher's CUDA runtime works on the current device's primary context, torch's own;
         switching devices costs microseconds, so only where the operands are on another one."""
         index = device.index
         if index == _current_device():
-            self._launch(args, _current_stream(index), device)
+            self._launch(args, _current_stream(index), device, keep)
         else:
             with torch.cuda.device(index):
-                self._launch(args, _current_stream(index), device)
+                self._launch(args, _current_stream(index), device, keep)
 
-    def _launch(self, args: tuple, stream: int, device: torch.device) -> None:
+    def _launch(self, args: tuple, stream: int, device: torch.device, keep: bool) -> None:
         """Queue the launch of ``args`` (M, N, K, alpha, A, B, beta, C, bias or None: addresses;
         a batched op's add the batch and strides, _new_plan) on ``stream`` of ``device``: through
         a plan made earlier for the same arguments (the launcher's host work -- checks, grid,
@@ -312,10 +315,9 @@ class GemmOp:
         made for, so reusing one is the same launch. Each thread keeps its own plans (at most
         _PLANS_KEPT), so that no thread frees a plan another is running.
 
-        The workspace a plan's run takes (plan.workspace_bytes) is a new torch tensor on
-        ``device``, made while ``stream`` is current: torch's caching allocator gives it back to
-        that stream's later work once the launch is queued, and inside a CUDA-graph capture takes
-        it from the graph's pool. A library of an earlier gemmgen keeps its own workspace per
+        The workspace a plan's run takes (plan.workspace_bytes) is torch memory on ``device``,
+        allocated while ``stream`` is current (_workspace: ``keep`` says whether a kept buffer
+        may serve). A library of an earlier gemmgen keeps its own workspace per
         stream (a plain Plan), which a capture cannot hold: refused then (NotCapturable)."""
         if not self.launcher.takes_workspace:
             self._refuse_capture(f"{self.path} was built by a gemmgen whose launches keep a workspace of their own and "
@@ -332,20 +334,21 @@ class GemmOp:
             plans[key] = plan
         need = plan.workspace_bytes
         if need:
-            plan.run(self._workspace(need, stream, device), need)
+            plan.run(self._workspace(need, stream, device, keep), need)
         else:
             plan.run()
 
-    def _workspace(self, need: int, stream: int, device: torch.device) -> int:
+    def _workspace(self, need: int, stream: int, device: torch.device, keep: bool) -> int:
         """The address of ``need`` bytes of workspace for a launch queued next on ``stream``.
 
-        During a CUDA-graph capture: a new tensor from torch's allocator, which draws it from the
-        graph's pool (the graph keeps it for its replays). Otherwise this thread's buffer for
+        During a CUDA-graph capture, or where ``keep`` is False: a new tensor from torch's
+        allocator, given back once the launch is queued (in a capture the allocator draws it from
+        the graph's pool, which keeps it for the replays). Otherwise this thread's buffer for
         ``stream`` (grown where a launch needs more; the old one goes back to torch's allocator,
         stream-ordered): launches on one stream run in order, so they can share it, and an eager
         call allocates nothing most of the time (an allocation costs microseconds of host time).
         release() drops the buffers."""
-        if _capturing():
+        if not keep or _capturing():
             return torch.empty(need, dtype=torch.uint8, device=device).data_ptr()
         buffers = self._buffers()
         key = (device.index, stream)
@@ -425,7 +428,7 @@ class BatchedGemmOp(GemmOp):
         torch.compile (the same operators, with a (batch, M, N) C) as GemmOp."""
         return super().__call__(a, b, out, alpha=alpha, beta=beta, bias=bias)
 
-    def _eager(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
+    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False) -> torch.Tensor:
         batch, m, n, k, strides = check_batched_call(self.precision, *_operands(a, b, out), beta, self.variant,
                                                      None if bias is None else _operand("bias", bias))
         if out is None:
@@ -435,7 +438,7 @@ class BatchedGemmOp(GemmOp):
         if k == 0:
             return self._no_product(out, beta, bias)
         self._queue(a.device, (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
-                               None if bias is None else bias.data_ptr(), batch, strides))
+                               None if bias is None else bias.data_ptr(), batch, strides), keep)
         return out
 
     def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:

@@ -261,7 +261,8 @@ def test_the_quick_check_accepts_only_what_the_full_check_accepts(ops):
             continue
         quick += 1
         ops_ = _operand("a", x), _operand("b", y), None if z is None else _operand("out", z)
-        assert check_call(op.precision, *ops_, beta) == found == (x.shape[0], y.shape[1], x.shape[1]), f"case {i}"
+        assert check_call(op.precision, *ops_, beta) == found[:3] == (x.shape[0], y.shape[1], x.shape[1]), f"case {i}"
+        assert found[3] == (x.data_ptr(), y.data_ptr(), None if z is None else z.data_ptr(), None), f"case {i}"
     assert quick >= 4  # the good calls did take the quick path
 
 
@@ -294,7 +295,9 @@ def test_the_quick_check_of_a_variant_accepts_only_what_the_full_check_accepts(l
         quick += 1
         ops_ = (_operand("a", p), _operand("b", q), None if z is None else _operand("out", z),
                 beta, op.variant, None if bias is None else _operand("bias", bias))
-        assert check_call(op.precision, *ops_) == found == (p.shape[0], q.shape[0], p.shape[1]), f"case {i}"
+        assert check_call(op.precision, *ops_) == found[:3] == (p.shape[0], q.shape[0], p.shape[1]), f"case {i}"
+        assert found[3] == (p.data_ptr(), q.data_ptr(), None if z is None else z.data_ptr(),
+                            None if bias is None else bias.data_ptr()), f"case {i}"
     assert quick >= 3
 
 

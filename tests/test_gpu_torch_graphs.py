@@ -127,9 +127,18 @@ def test_compile_fullgraph_dynamic_is_one_graph_without_a_break(ops):
     def stock_block(x, w, b):
         return F.silu(F.linear(x, w, b)) * 2
 
+    class Compiles:
+        """Inductor, noting each graph it is given as its inputs' shapes (symbols where dynamic)."""
+
+        def __init__(self):
+            self.inputs = []
+
+        def __call__(self, gm, example_inputs):
+            self.inputs.append([tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs])
+            return torch._dynamo.lookup_backend("inductor")(gm, example_inputs)
+
     torch._dynamo.reset()
-    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
-    stock_counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    counter, stock_counter = Compiles(), Compiles()
     compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
     compiled_stock = torch.compile(stock_block, fullgraph=True, dynamic=True, backend=stock_counter)
     failures = []
@@ -145,7 +154,7 @@ def test_compile_fullgraph_dynamic_is_one_graph_without_a_break(ops):
     assert not failures, "\n".join(failures)
     # The first shape has N == K, so torch's duck sizing guards N == K and the third shape compiles
     # again, for F.linear as for the op: the op adds no compile of its own.
-    assert counter.frame_count == stock_counter.frame_count <= 2, (counter.frame_count, stock_counter.frame_count)
+    assert len(counter.inputs) == len(stock_counter.inputs) <= 2, (counter.inputs, stock_counter.inputs)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
@@ -282,25 +291,38 @@ def test_what_cannot_be_captured_is_refused_and_the_capture_survives(ops, tmp_pa
     assert not apart, apart
 
 
-def test_an_eager_call_allocates_its_workspace_from_torch(ops):
-    """A shape that needs a workspace takes it from torch's caching allocator on the current stream
-    (the allocator's count of allocations grows by one per call, its memory comes back) and the
-    launcher keeps none for that stream."""
+def test_an_eager_call_takes_its_workspace_from_torch_and_keeps_it_for_the_stream(ops):
+    """A shape that needs a workspace takes it from torch's caching allocator on the current
+    stream, once: the next calls on that stream allocate only their C; a shape that needs more
+    grows the buffer; the launcher keeps none for that stream; release() gives the buffer back."""
     op = ops["mma_split"]
     gen = torch.Generator(device="cuda").manual_seed(SEED + 5)
     x, w, b = linear_inputs(gen, 100, 1024, 1021)
+    big_x, big_w, big_b = linear_inputs(gen, 300, 2048, 1021)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+
+    def allocations():
+        return torch.cuda.memory_stats()["allocation.all.allocated"]
+
     with torch.cuda.stream(side):
-        op(x, w, bias=b)  # the plan, made once
-        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        start = allocations()
+        op(x, w, bias=b)
+        first = allocations()
         y = op(x, w, bias=b)
-        after = torch.cuda.memory_stats()["allocation.all.allocated"]
+        second = allocations()
+        big = op(big_x, big_w, bias=big_b)
+        third = allocations()
     side.synchronize()
-    assert after - before == 2  # C and the workspace
+    assert (first - start, second - first, third - second) == (2, 1, 2)  # C + workspace, C, C + a larger one
+    (kept,) = [t for (device, stream), t in op._buffers().items() if stream == side.cuda_stream]
+    assert kept.numel() >= op._plans()[next(k for k in op._plans() if k[0] == 300)].workspace_bytes > 0
     assert op.launcher.held(side.cuda_stream).partial_bytes == 0
-    verdict = judge_linear(y, x, w, b)
-    assert verdict.ok, verdict.message
+    for got, args in ((y, (x, w, b)), (big, (big_x, big_w, big_b))):
+        verdict = judge_linear(got, *args)
+        assert verdict.ok, verdict.message
+    op.release()
+    assert not op._buffers()
 
 
 # ---- gemmgen.torch.Linear and patch ----
