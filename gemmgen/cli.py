@@ -18,8 +18,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, option_of,
-                             split_variant)
+from gemmgen.problem import FIELDS, VARIANT_KEYS, Variant, option_of, split_variant
 from gemmgen.render import render_kernel
 
 
@@ -663,20 +662,9 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, filters: bool = Fa
     """--trans, --out, --bias, --act and --batch-mode, the problem variant (gemmgen.problem.Variant), for every
     command that takes one; an option not given is the default variant's value. With ``filters``
     (results) each only narrows the rows shown, and one not given is any value."""
-    default = (lambda value: "any") if filters else (lambda value: value)
-    parser.add_argument("--batch-mode", dest="batch", choices=BATCHES, help="strided: a batch of products in one "
-                        "launch, the launcher taking the batch count and a stride per matrix (docs/problems.md) "
-                        f"(default {default('none')})")
-    parser.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B: nn (A M x K, B K x N, row-major), nt "
-                        "(B stored N x K, as torch's linear weight), tn, tt (A stored K x M) "
-                        f"(default {default('nn')})")
-    parser.add_argument("--out", choices=OUTPUTS, help="the type C is stored in; accumulation is fp32 "
-                        f"(default {default('fp32')})")
-    parser.add_argument("--bias", choices=BIASES, help="a vector of C's type added before the activation: row (M "
-                        "values, one per row of C), col (N values, one per column: nn.Linear's bias) "
-                        f"(default {default('none')})")
-    parser.add_argument("--act", choices=ACTIVATIONS, help="applied last: relu, gelu (tanh approximation), silu "
-                        f"(default {default('none')})")
+    for f in FIELDS:
+        parser.add_argument(f.flag, dest=f.key, choices=f.choices,
+                            help=f"{f.help} (default {'any' if filters else f.default})")
 
 
 def _add_batch_count(parser: argparse.ArgumentParser) -> None:
