@@ -8,6 +8,7 @@ import argparse
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gemmgen import __version__
@@ -151,38 +152,39 @@ def _variant_words(variant: Variant) -> str:
 
 def select_config(args: argparse.Namespace) -> KernelConfig:
     """The point named on the command line: POINT and/or --family, --precision, --set, the variant
-    options, --gpu."""
+    options, --gpu. The variant is the point's, with the keys the command line gives."""
     sets = parse_assignments(args.set) if args.set else {}
-    variant = asked_variant(args, sets)
+    overrides, _ = split_variant(sets)
+    asked = asked_variant(args, sets)
     given = {str(k).strip().lower() for k in sets} | set(variant_options(args))
-    overrides = {**split_variant(sets)[0], **{k: getattr(variant, k) for k in VARIANT_KEYS if k in given}}
     if _names_best(args):
-        return _best_config(args, overrides)
+        return _best_config(args, overrides, asked)
     if args.point and args.family:
         raise InvalidParameter("give either a point (e.g. v4) or --family, not both")
     if args.point:
-        family, precision, params = point_spec(args.point)
+        family, precision, named = point_spec(args.point)
     elif args.family:
-        family, precision, params = args.family, None, {}
+        family, precision, named = args.family, None, {}
     else:
         raise InvalidParameter("name a point (e.g. `gemmgen emit v4`) or a family (`--family warp --set BM=64`); "
                                "`gemmgen list` shows both")
-    return make_config(family, {**params, **overrides}, args.precision or precision, _target(args.gpu))
+    params, variant = split_variant(named)
+    variant = replace(variant, **{k: getattr(asked, k) for k in VARIANT_KEYS if k in given})
+    return make_config(family, {**params, **overrides}, args.precision or precision, _target(args.gpu), variant)
 
 
-def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
+def _best_config(args: argparse.Namespace, overrides: dict, variant: Variant) -> KernelConfig:
     """`emit best --precision P --shape S [--family F] [--gpu]`: the best verified kernel stored."""
     missing = [flag for flag, value in (("--precision", args.precision), ("--shape", args.shape)) if not value]
     if missing:
         raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
                                "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
-    variant = asked_variant(args, overrides)
     found, arch, shape = _stored_best(args, variant)
     count = f" (measured at a batch of {args.batch_count})" if args.batch_count is not None else ""
     print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape}{count} for {arch.name}: "
           f"{_describe_ranked(found)}", file=sys.stderr)
-    family, precision, params = point_spec(found.kernel)
-    return make_config(family, {**params, **overrides}, precision, arch)
+    family, precision, named = point_spec(found.kernel)
+    return make_config(family, {**split_variant(named)[0], **overrides}, precision, arch, variant)
 
 
 def _describe_ranked(found) -> str:
