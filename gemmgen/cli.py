@@ -8,6 +8,7 @@ import argparse
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gemmgen import __version__
@@ -18,8 +19,7 @@ from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.plot.command import add_parser as add_plot_parser
 from gemmgen.points import NAMED_POINTS, point_spec
-from gemmgen.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, option_of,
-                             split_variant)
+from gemmgen.problem import FIELDS, VARIANT_KEYS, Variant, option_of, split_variant
 from gemmgen.render import render_kernel
 
 
@@ -152,38 +152,39 @@ def _variant_words(variant: Variant) -> str:
 
 def select_config(args: argparse.Namespace) -> KernelConfig:
     """The point named on the command line: POINT and/or --family, --precision, --set, the variant
-    options, --gpu."""
+    options, --gpu. The variant is the point's, with the keys the command line gives."""
     sets = parse_assignments(args.set) if args.set else {}
-    variant = asked_variant(args, sets)
+    overrides, _ = split_variant(sets)
+    asked = asked_variant(args, sets)
     given = {str(k).strip().lower() for k in sets} | set(variant_options(args))
-    overrides = {**split_variant(sets)[0], **{k: getattr(variant, k) for k in VARIANT_KEYS if k in given}}
     if _names_best(args):
-        return _best_config(args, overrides)
+        return _best_config(args, overrides, asked)
     if args.point and args.family:
         raise InvalidParameter("give either a point (e.g. v4) or --family, not both")
     if args.point:
-        family, precision, params = point_spec(args.point)
+        family, precision, named = point_spec(args.point)
     elif args.family:
-        family, precision, params = args.family, None, {}
+        family, precision, named = args.family, None, {}
     else:
         raise InvalidParameter("name a point (e.g. `gemmgen emit v4`) or a family (`--family warp --set BM=64`); "
                                "`gemmgen list` shows both")
-    return make_config(family, {**params, **overrides}, args.precision or precision, _target(args.gpu))
+    params, variant = split_variant(named)
+    variant = replace(variant, **{k: getattr(asked, k) for k in VARIANT_KEYS if k in given})
+    return make_config(family, {**params, **overrides}, args.precision or precision, _target(args.gpu), variant)
 
 
-def _best_config(args: argparse.Namespace, overrides: dict) -> KernelConfig:
+def _best_config(args: argparse.Namespace, overrides: dict, variant: Variant) -> KernelConfig:
     """`emit best --precision P --shape S [--family F] [--gpu]`: the best verified kernel stored."""
     missing = [flag for flag, value in (("--precision", args.precision), ("--shape", args.shape)) if not value]
     if missing:
         raise InvalidParameter(f"`emit best` needs {', '.join(missing)}, e.g. "
                                "gemmgen emit best --precision fp32 --shape 4096 [--family warp]")
-    variant = asked_variant(args, overrides)
     found, arch, shape = _stored_best(args, variant)
     count = f" (measured at a batch of {args.batch_count})" if args.batch_count is not None else ""
     print(f"gemmgen: best {args.precision}{variant.suffix} kernel at {shape}{count} for {arch.name}: "
           f"{_describe_ranked(found)}", file=sys.stderr)
-    family, precision, params = point_spec(found.kernel)
-    return make_config(family, {**params, **overrides}, precision, arch)
+    family, precision, named = point_spec(found.kernel)
+    return make_config(family, {**split_variant(named)[0], **overrides}, precision, arch, variant)
 
 
 def _describe_ranked(found) -> str:
@@ -663,20 +664,9 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, filters: bool = Fa
     """--trans, --out, --bias, --act and --batch-mode, the problem variant (gemmgen.problem.Variant), for every
     command that takes one; an option not given is the default variant's value. With ``filters``
     (results) each only narrows the rows shown, and one not given is any value."""
-    default = (lambda value: "any") if filters else (lambda value: value)
-    parser.add_argument("--batch-mode", dest="batch", choices=BATCHES, help="strided: a batch of products in one "
-                        "launch, the launcher taking the batch count and a stride per matrix (docs/problems.md) "
-                        f"(default {default('none')})")
-    parser.add_argument("--trans", choices=LAYOUTS, help="layouts of A and B: nn (A M x K, B K x N, row-major), nt "
-                        "(B stored N x K, as torch's linear weight), tn, tt (A stored K x M) "
-                        f"(default {default('nn')})")
-    parser.add_argument("--out", choices=OUTPUTS, help="the type C is stored in; accumulation is fp32 "
-                        f"(default {default('fp32')})")
-    parser.add_argument("--bias", choices=BIASES, help="a vector of C's type added before the activation: row (M "
-                        "values, one per row of C), col (N values, one per column: nn.Linear's bias) "
-                        f"(default {default('none')})")
-    parser.add_argument("--act", choices=ACTIVATIONS, help="applied last: relu, gelu (tanh approximation), silu "
-                        f"(default {default('none')})")
+    for f in FIELDS:
+        parser.add_argument(f.flag, dest=f.key, choices=f.choices,
+                            help=f"{f.help} (default {'any' if filters else f.default})")
 
 
 def _add_batch_count(parser: argparse.ArgumentParser) -> None:

@@ -1,22 +1,19 @@
 """KernelConfig: one validated point of a family's space, and its canonical name.
 
-The canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is built from every parameter
-and the precision; a parameter in the family's ``name_options`` (e.g. warp's ``split_k``) appears
-only away from its neutral value (``warp_16x128x16_w16x64_t4x8_b2_k8_fp32``). It is the
-kernel's symbol in the emitted source, the build-cache key (with the target architecture) and the
-database key.
+Its canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is gemmgen.names': built from
+every parameter, the precision and the variant, and read back there.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from gemmgen import constraints
+from gemmgen import constraints, names
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families import Family, Geometry, get_family
-from gemmgen.problem import VARIANT_KEYS, Variant, split_variant
+from gemmgen.problem import Variant, split_variant
 
 DEFAULT_ARCH = "sm_90"
 
@@ -41,18 +38,12 @@ class KernelConfig:
         return dict(self.values)
 
     @property
-    def point(self) -> dict[str, int | str]:
-        """The parameters and the variant's keys (``trans``, ``out``, ``bias``, ``act``): what derive
-        and check see."""
-        return {**self.params, **{k: getattr(self.variant, k) for k in VARIANT_KEYS}}
-
-    @property
     def name(self) -> str:
-        return f"{self.family.name}_{self.family.name_middle(self.params)}_{self.precision}{self.variant.suffix}"
+        return names.kernel_name(self.family, self.params, self.precision, self.variant)
 
     @cached_property
     def derived(self) -> dict:
-        return self.family.derive(self.point, self.precision)
+        return self.family.derive(self.params, self.precision, self.variant)
 
     @property
     def geometry(self) -> Geometry:
@@ -78,14 +69,15 @@ class KernelConfig:
 
 
 def make_config(family: str | Family, params: Mapping[str, object] | None = None,
-                precision: str | None = None, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
+                precision: str | None = None, arch: str | Arch = DEFAULT_ARCH,
+                variant: Variant | None = None) -> KernelConfig:
     """Validate a point and return its KernelConfig.
 
     ``params`` may give any subset of the family's parameters (names are case-insensitive;
-    values may be strings as typed on a command line); the rest take the family's defaults. It
-    may also give the problem variant: ``trans`` (the layouts of A and B: nn, nt, tn, tt) and ``out`` (fp32, fp16,
-    bf16), default nn and fp32.
-    ``precision`` defaults to the family's first precision.
+    values may be strings as typed on a command line); the rest take the family's defaults.
+    The problem variant is ``variant``; or, where that is not given, the variant keys of ``params``
+    (as ``--set`` and a canonical name give them: ``trans=nt``, ``out=bf16``, ...), the rest the
+    default. ``precision`` defaults to the family's first precision.
 
     Raises InvalidParameter for an unknown family, parameter, precision or architecture or a value
     outside a parameter's allowed set, and InvalidPoint listing every violated constraint.
@@ -97,12 +89,16 @@ def make_config(family: str | Family, params: Mapping[str, object] | None = None
         raise InvalidParameter(
             f"family {fam.name!r} does not take precision {precision!r}; allowed: {', '.join(fam.precisions)}")
     values = dict(fam.defaults)
-    given, variant = split_variant(dict(params or {}))
+    given, named = split_variant(dict(params or {}))
+    if variant is None:
+        variant = named
+    elif len(given) < len(params or {}):
+        raise ValueError("make_config takes the variant once: as variant= or as keys of params, not both")
     for raw_name, raw_value in given.items():
         p = fam.param(str(raw_name))
         values[p.name] = p.parse(raw_value)
     config = KernelConfig(fam, prec, target, tuple((p.name, values[p.name]) for p in fam.params), variant)
-    found = constraints.violations(fam, config.point, prec, target, config.derived)
+    found = constraints.violations(fam, config.params, variant, prec, target, config.derived)
     if found:
         raise InvalidPoint(config.name, found)
     return config

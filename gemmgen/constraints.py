@@ -1,34 +1,21 @@
 """Every constraint a point must meet, checked in one place before anything is rendered.
 
 The family declares the constraints particular to it (``Family.check``); the ones that hold for
-every family live here: precision and family support on the target, threads per block, shared
-memory per block.
+every family live here: the variants the family computes (its declared ``computes``), precision
+and family support on the target, threads per block, shared memory per block.
 """
 
 from gemmgen.arch import MAX_THREADS_PER_BLOCK, Arch
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families.base import Family, Params
+from gemmgen.problem import Variant
 
 
-def violations(family: Family, params: Params, precision: str, arch: Arch, derived: dict) -> list[str]:
-    """Every violated constraint of the point, one line each with its values; [] if it is valid.
-    ``params`` holds the variant too (``trans``, ``out``, ``bias``, ``act``, ``batch``)."""
-    found = []
-    if params["trans"] not in family.layouts:
-        found.append(f"family {family.name} computes layout {' and '.join(family.layouts)} only, not "
-                     f"trans={params['trans']}")
-    if params["out"] not in family.outputs:
-        found.append(f"family {family.name} stores C as {' or '.join(family.outputs)} only, not out={params['out']}")
-    if params["bias"] not in family.biases:
-        found.append(f"family {family.name} adds no bias in its epilogue (bias={' or '.join(family.biases)} only), not "
-                     f"bias={params['bias']}" if family.biases == ("none",) else
-                     f"family {family.name} adds bias={' or '.join(family.biases)} only, not bias={params['bias']}")
-    if params["act"] not in family.activations:
-        found.append(f"family {family.name} applies act={' or '.join(family.activations)} only, not act={params['act']}")
-    if params["batch"] not in family.batches:
-        found.append(f"family {family.name} computes one product per launch (batch=none only), not "
-                     f"batch={params['batch']}")
-    found += family.check(params, precision, derived)
+def violations(family: Family, params: Params, variant: Variant, precision: str, arch: Arch,
+               derived: dict) -> list[str]:
+    """Every violated constraint of the point, one line each with its values; [] if it is valid."""
+    found = [f"family {family.name} computes {line}" for line in family.computes.refused(variant)]
+    found += family.check(params, precision, derived, variant)
     geometry = derived["geometry"]
     need = PRECISIONS[precision].min_cc
     if arch.cc < need:

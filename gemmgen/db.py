@@ -27,7 +27,8 @@ import gemmgen
 from gemmgen.dbengine import (hide_password, make_sqlite_safe, read_only_engine, setup_lock, sqlite_connect_args,
                               sqlite_file, wal_note)
 from gemmgen.errors import GemmgenError
-from gemmgen.problem import VARIANT_KEYS, Variant, variant_of
+from gemmgen.names import variant_of
+from gemmgen.problem import FIELD, VARIANT_KEYS, Variant
 
 DEFAULT_URL = "sqlite:///results/gemmgen.db"
 ENV_VAR = "GEMMGEN_DB"
@@ -42,7 +43,6 @@ SCHEMA_VERSION = 4
 VARIANT_COLUMNS_SINCE = 3
 # The first version whose measurements say their batch count (and kernels their batch mode).
 BATCH_COUNT_SINCE = 4
-_VARIANT_DEFAULTS = {key: getattr(Variant(), key) for key in VARIANT_KEYS}
 
 
 class ResultsDBError(GemmgenError):
@@ -139,11 +139,11 @@ class Kernel(Base):
     template_hash: Mapped[str] = mapped_column(String(128), default="")
     source_hash: Mapped[str] = mapped_column(String(128), default="")
     # the variant (gemmgen.problem.Variant); server defaults: what rows of schema 2 computed
-    trans: Mapped[str] = mapped_column(String(8), server_default="nn", deferred=True)
-    out: Mapped[str] = mapped_column(String(8), server_default="fp32", deferred=True)
-    bias: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
-    act: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)
-    batch: Mapped[str] = mapped_column(String(8), server_default="none", deferred=True)  # since schema 4
+    trans: Mapped[str] = mapped_column(String(8), server_default=FIELD["trans"].default, deferred=True)
+    out: Mapped[str] = mapped_column(String(8), server_default=FIELD["out"].default, deferred=True)
+    bias: Mapped[str] = mapped_column(String(8), server_default=FIELD["bias"].default, deferred=True)
+    act: Mapped[str] = mapped_column(String(8), server_default=FIELD["act"].default, deferred=True)
+    batch: Mapped[str] = mapped_column(String(8), server_default=FIELD["batch"].default, deferred=True)  # since schema 4
 
 
 class Problem(Base):
@@ -267,7 +267,7 @@ class ResultRow:
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.trans, self.out, self.bias, self.act, self.batch)
+        return Variant(**{key: getattr(self, key) for key in VARIANT_KEYS})
 
 
 # Sort key -> column. Every ResultRow field but params and the variant's (filter by those).
@@ -426,7 +426,7 @@ class ResultsDB:
         """Id of the kernel (name, arch, source_hash), created if new.
 
         On creation BM, BN and BK are copied from ``params`` where present, and the variant
-        columns (trans, out, bias, act, batch) are what the name says (gemmgen.problem.variant_of: a
+        columns (trans, out, bias, act, batch) are what the name says (gemmgen.names.variant_of: a
         canonical name's or cuBLAS's ``cublas_<precision><suffix>``); ``variant``, where given,
         must be that one (ValueError otherwise: the name is the key, and must say what the kernel
         computes). An existing row is returned as it is (its family, precision and params are not
@@ -686,7 +686,7 @@ def _add_variant_columns(engine: Engine) -> None:
         for key in VARIANT_KEYS:
             if key not in have:
                 connection.execute(text(f"ALTER TABLE kernels ADD COLUMN {quote(key)} VARCHAR(8) NOT NULL "
-                                        f"DEFAULT '{_VARIANT_DEFAULTS[key]}'"))
+                                        f"DEFAULT '{FIELD[key].default}'"))
         named = []
         for kernel_id, name in connection.execute(text("SELECT id, name FROM kernels")).all():
             variant = variant_of(name)

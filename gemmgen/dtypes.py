@@ -22,7 +22,7 @@ class Precision:
     u_in: float  # unit roundoff of the inputs as the multiply reads them (0: exact; see tolerance.py)
     u_acc: float  # unit roundoff of the fp32 accumulation, with the tensor cores' own rounding
     numpy_storage: str  # how host arrays hold it: "float32", "float16" or "bf16-bits" (uint16)
-    check_kind: int  # how templates/check.cu reads an input (0 float, 1 half, 2 bfloat16 bits)
+    check_kind: int  # the C++ code of its storage type (gg_type in templates/vocab.cuh.j2; the `out` codes), by which templates/check.cu reads an element
     torch_dtype: str  # the torch dtype of A and B
     cuda_type: int  # cudaDataType of A and B (cublasGemmEx)
     cublas_compute: int | None  # cublasComputeType_t of cublasGemmEx; None: cublasSgemm

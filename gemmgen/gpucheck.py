@@ -1,8 +1,9 @@
 """Verification on the GPU. The float64 references of a set of operands -- the exact product of
 its inputs and of their absolute values, by cuBLAS's dgemm -- are made once, on the GPU, and kept
-there; each result C is then reduced there to :class:`gemmgen.verify.Stats` (templates/check.cu)
-and judged by :func:`gemmgen.verify.judge`: the checks and constants of verify.compare, with a
-few numbers read back instead of M x N elements and their references.
+there; each result C is then reduced there to :class:`gemmgen.verify.Stats` (templates/check.cu,
+with templates/reference.cuh: the float64 reference and epilogue the emitted harness uses too,
+verify.py's rule) and judged by :func:`gemmgen.verify.judge`: the checks and constants of
+verify.compare, with a few numbers read back instead of M x N elements and their references.
 
 Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
 """
@@ -11,11 +12,9 @@ import numpy as np
 
 from gemmgen import tolerance, verify
 from gemmgen.dtypes import PRECISIONS
-from gemmgen.paths import templates_dir
-from gemmgen.problem import ACTIVATIONS, Variant
+from gemmgen.problem import FIELD, FIELDS, Variant
 
 THREADS = 256
-ACT_CODES = {act: i for i, act in enumerate(ACTIVATIONS)}  # check.cu's gg_activation
 _OUT_WORDS = 7  # gg_compare's out: 3 doubles, 4 unsigned 64-bit words
 _OUT_INIT = np.zeros(_OUT_WORDS, dtype=np.uint64)
 _OUT_INIT[5] = np.iinfo(np.uint64).max  # the first failing element: none yet
@@ -40,6 +39,14 @@ class References:
             self.absprod.free()
 
 
+def check_source() -> str:
+    """templates/check.cu as compiled: with the variant's codes (vocab.cuh.j2, no kernel's
+    variant) and the shared float64 reference (reference.cuh) included."""
+    from gemmgen.render import environment
+
+    return environment().get_template("check.cu").render(fields=FIELDS, v=None)
+
+
 class GpuChecker:
     """Makes references and judges results on the GPU of ``gpu`` (gemmgen.runtime.Gpu), with
     ``cublas`` (gemmgen.cublas.Cublas) for the float64 products."""
@@ -48,7 +55,7 @@ class GpuChecker:
         from pycuda.compiler import SourceModule
 
         self.gpu, self.cublas, drv = gpu, cublas, gpu.drv
-        module = SourceModule((templates_dir() / "check.cu").read_text(), no_extern_c=True)
+        module = SourceModule(check_source(), no_extern_c=True)
         self._module = module
         self._to_f64 = module.get_function("gg_to_f64")
         self._to_f64.prepare("PiPqi")
@@ -91,15 +98,15 @@ class GpuChecker:
         that type too, where the variant adds one), as verify.host_stats computes them."""
         drv, count, out = self.gpu.drv, m * n, variant.out
         c_type = PRECISIONS[out]
-        bias_mode = {"none": 0, "row": 1, "col": 2}[variant.bias]
-        if bias_mode and bias is None:
+        bias_mode = FIELD["bias"].code(variant.bias)
+        if variant.bias != "none" and bias is None:
             raise ValueError(f"variant {variant.text} adds a bias: pass its device vector")
         drv.memcpy_htod(self._out, _OUT_INIT)
-        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(c_type.check_kind),
+        self._compare.prepared_call(self._grid(count), (THREADS, 1, 1), int(c), np.int32(FIELD["out"].code(out)),
                                     int(refs.prod), int(refs.absprod), int(c0), float(alpha), float(beta),
                                     tolerance.elementwise_tolerance(precision, k, out, variant.act), np.int64(count),
-                                    self._out, int(bias) if bias_mode else 0, np.int32(bias_mode), np.int64(n),
-                                    np.int32(ACT_CODES[variant.act]))
+                                    self._out, int(bias) if variant.bias != "none" else 0, np.int32(bias_mode),
+                                    np.int64(n), np.int32(FIELD["act"].code(variant.act)))
         raw = np.empty(_OUT_WORDS, dtype=np.uint64)
         drv.memcpy_dtoh(raw, self._out)
         sums, words = raw[:3].view(np.float64), raw[3:]
@@ -114,9 +121,9 @@ class GpuChecker:
                 drv.memcpy_dtoh(start, int(c0) + c_type.bytes * i)
             got_f, start_f = (float(verify.as_float64(x, out)[0]) for x in (got, start))
             expected = alpha * float(product[0]) + (beta * start_f if beta != 0.0 else 0.0)
-            if bias_mode:
+            if variant.bias != "none":
                 value = np.empty(1, storage)
-                drv.memcpy_dtoh(value, int(bias) + c_type.bytes * (i // n if bias_mode == 1 else i % n))
+                drv.memcpy_dtoh(value, int(bias) + c_type.bytes * (i // n if variant.bias == "row" else i % n))
                 expected += float(verify.as_float64(value, out)[0])
             expected = float(verify.activation(np.float64(expected), variant.act))
             first_bad = (i // n, i % n, got_f, expected)

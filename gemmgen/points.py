@@ -5,14 +5,13 @@ are the CUDA-007 blog's kernels; ``splitk``, ``mma_*`` and ``hopper_*`` are gemm
 point differs from its seed's code, ``note`` says how; the README's table repeats it.
 """
 
-import re
 from dataclasses import dataclass
 
 from gemmgen.arch import Arch, parse_arch
 from gemmgen.config import DEFAULT_ARCH, KernelConfig, make_config
 from gemmgen.errors import InvalidParameter
 from gemmgen.families import FAMILIES
-from gemmgen.problem import VARIANT_KEYS, VARIANT_PATTERN, named_variant_keys
+from gemmgen.names import parse_name
 
 
 @dataclass(frozen=True)
@@ -113,26 +112,6 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
 )}
 
 
-def _fields(fmt: str, family) -> str:
-    """A name format as a regular expression: each {param} becomes a named group: any number for
-    a numeric parameter (make_config then names a bad value), one of its words for a word-valued
-    one (so that a word is never mistaken for a flag option such as ``_sk``)."""
-    def group(m: re.Match) -> str:
-        choices = family.param(m.group(1)).choices
-        if isinstance(choices[0], int):
-            return f"(?P<{m.group(1)}>[0-9]+)"
-        return f"(?P<{m.group(1)}>{'|'.join(map(re.escape, sorted(choices, key=len, reverse=True)))})"
-    return re.sub(r"\\\{(\w+)\\\}", group, re.escape(fmt))
-
-
-def _name_pattern(family) -> re.Pattern:
-    # an option without a {field} is a flag: its parameter's one non-neutral value
-    optional = "".join(f"(?:{_fields(fmt, family)})?" if "{" in fmt else f"(?P<{param}>{re.escape(fmt)})?"
-                       for param, fmt, _ in family.name_options)
-    return re.compile(f"{family.name}_{_fields(family.name_format, family)}{optional}_(?P<precision>[a-z0-9]+)"
-                      f"{VARIANT_PATTERN}")
-
-
 def point_spec(name: str) -> tuple[str, str, dict]:
     """(family, precision, parameters) of a named point (``v4``) or a canonical name
     (``warp_128x128x8_w64x32_t8x8_b2_fp32``), not yet validated.
@@ -143,19 +122,10 @@ def point_spec(name: str) -> tuple[str, str, dict]:
     if key.lower() in NAMED_POINTS:
         point = NAMED_POINTS[key.lower()]
         return point.family, point.precision, dict(point.params)
-    for family in FAMILIES.values():
-        m = _name_pattern(family).fullmatch(key)
-        if m:
-            fields = m.groupdict()
-            precision = fields.pop("precision")
-            variant = named_variant_keys(fields)  # the variant's part of the name; absent: the default
-            fields = {k: v for k, v in fields.items() if k not in VARIANT_KEYS}
-            for param, fmt, neutral in family.name_options:  # left out of the name: neutral
-                if fields[param] is None:
-                    fields[param] = str(neutral)
-                elif "{" not in fmt:
-                    fields[param] = str(next(c for c in family.param(param).choices if c != neutral))
-            return family.name, precision, {**fields, **variant}
+    parsed = parse_name(key)
+    if parsed is not None:
+        family, precision, params, variant = parsed
+        return family.name, precision, {**params, **dict(variant.items)}
     raise InvalidParameter(
         f"unknown point {name!r}; named points: {', '.join(NAMED_POINTS)} "
         "(or a canonical name such as warp_128x128x8_w64x32_t8x8_b2_fp32; see `gemmgen list`)")

@@ -4,6 +4,11 @@ Inputs are uniform(-1, 1) random numbers, never zeros. The reference is computed
 values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32 kernels are compared with the
 fp32 inputs, so their input rounding counts as error, as it should). The statistics of C against
 it come from the host (:func:`host_stats`) or the GPU (gemmgen.gpucheck); :func:`judge` decides.
+
+The rule -- :func:`host_reference`, :func:`epilogue` (:func:`activation`) and :func:`host_stats`'
+elementwise count -- is written once more, in C++, for the GPU: templates/reference.cuh, which the
+GPU check (templates/check.cu) and the emitted harness share; tests/test_reference.py runs that
+C++ on the host against these functions.
 """
 
 import math
@@ -152,7 +157,7 @@ def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: floa
 
 
 def activation(x: np.ndarray, act: str) -> np.ndarray:
-    """The activation of gemmgen.problem.ACTIVATIONS, exactly (float64): none, relu, gelu (the
+    """The activation of gemmgen.problem.FIELD["act"], exactly (float64): none, relu, gelu (the
     tanh approximation, as torch's gelu(approximate="tanh")), silu."""
     if act == "none":
         return x

@@ -8,7 +8,7 @@ import time
 
 from gemmgen.arch import parse_arch
 from gemmgen.build import BuildResult
-from gemmgen.config import make_config
+from gemmgen.points import resolve_point
 from gemmgen.db import ResultsDB
 from gemmgen.measure import Measured, cublas_name, timed_problem_id
 from gemmgen.problem import Shape, Variant
@@ -25,10 +25,10 @@ def fake_tflops(config) -> float:
     return g.tile_m * g.tile_n / 1000.0 + p.get("buffers", 1) + p.get("BK", 0) / 100.0
 
 
-def fake_compile(family, params, precision, arch, timeout_s):
+def fake_compile(name, arch, timeout_s):
     """No compile: the result's key is the name of the kernel the worker was asked for, which
     FakeBench checks against the kernel it measures."""
-    return BuildResult(True, make_config(family, params, precision, arch).name, "")
+    return BuildResult(True, resolve_point(name, arch).name, "")
 
 
 class FakeBench:

@@ -8,7 +8,8 @@ from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
 from gemmgen.points import point_spec
-from gemmgen.problem import VARIANT_KEYS, Variant, split_variant, variant_of
+from gemmgen.names import variant_of
+from gemmgen.problem import VARIANT_KEYS, Variant, split_variant
 
 BATCHED = Variant(batch="strided")
 
@@ -54,7 +55,7 @@ def test_families_without_a_batched_template_refuse_it_in_one_line(family):
     with pytest.raises(InvalidPoint) as caught:
         make_config(family, {"batch": "strided"}, fam.precisions[0], "sm_90")
     lines = [v for v in caught.value.violations if "batch" in v]
-    assert lines == [f"family {family} computes one product per launch (batch=none only), not batch=strided"]
+    assert lines == [f"family {family} computes batch=none only, not batch=strided"]
 
 
 def _batched(family, precision, **params):
@@ -90,7 +91,9 @@ def test_the_one_product_source_has_no_batch_code(point):
 
     family, precision, params = point
     source = render_kernel(make_config(family, params, precision, "sm_90"))
-    assert "batch" not in source and "stride_a" not in source
+    assert "constexpr gg_batch GG_BATCH = GG_BATCH_NONE;" in source  # the vocabulary names every key
+    code = source[source.index("typedef float gg_out;"):]  # after the vocabulary (templates/vocab.cuh.j2)
+    assert "batch" not in code and "stride_a" not in code
 
 
 # every layout, C type, bias and activation; split-K; tf32's pair loads; warp
@@ -147,15 +150,15 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu():
     (["bench", "mma_128x128x32_w2x2_s3_f2_fp16_batched", "--shape", "64"], "give --batch N, the products per launch"),
     (["bench", "cublas", "--batch-mode", "strided"], "give --batch N, the products per launch"),
     (["tune", "--family", "wmma", "--batch", "8", "--gpu", "sm_90"],
-     "family wmma does not compute batch=strided (only none)"),
+     "family wmma computes batch=none only, not batch=strided; see gemmgen list"),
     (["bench", "v4", "--batch", "0"], "the batch count must be at least 1"),
     (["bench", "v4", "--batch", "4", "--batch-mode", "none"], "cannot go with --batch-mode none"),
     (["tune", "--family", "mma", "--precision", "fp16", "--batch-mode", "strided", "--gpu", "sm_90"],
      "give --batch N, the products per launch"),
     (["emit", "--family", "wmma", "--batch-mode", "strided", "--gpu", "sm_90"],
-     "family wmma computes one product per launch (batch=none only), not batch=strided"),
+     "family wmma computes batch=none only, not batch=strided"),
     (["emit", "--family", "naive", "--set", "batch=strided", "--gpu", "sm_90"],
-     "family naive computes one product per launch"),
+     "family naive computes batch=none only"),
     (["emit", "--family", "mma", "--set", "batch=strided", "--batch-mode", "none", "--gpu", "sm_90"],
      "--set gives batch=strided and --batch-mode gives none; give batch once"),
 ])

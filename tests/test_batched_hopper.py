@@ -41,7 +41,7 @@ def config(label):
 
 
 def test_hopper_computes_a_strided_batch_and_names_it():
-    assert "strided" in FAMILIES["hopper"].batches
+    assert "strided" in FAMILIES["hopper"].computes.values("batch")
     c = config("nt_obf16_bcol_gelu")
     assert c.name == "hopper_256x128_c2_s4_g8_bf16_nt_obf16_bcol_gelu_batched"
     assert c.variant.text == "nt bf16 col gelu strided"

@@ -54,7 +54,7 @@ def test_emit_harness(capsys):
     (["bench", "v4", "--shape", "2147483648x16x16"], ["must be <= 2147483647 (2^31 - 1)", "32-bit"]),
     (["best", "--family", "warp", "--precision", "fp32", "--shape", "4096x4096x2147483648"], ["2^31 - 1"]),
     (["emit", "v3", "--bias", "col", "--gpu", "sm_90"],
-     ["invalid point register_64x64x16_t4x4_contig_v4_p0_fp32_bcol", "family register adds no bias"]),
+     ["invalid point register_64x64x16_t4x4_contig_v4_p0_fp32_bcol", "family register computes bias=none only, not bias=col"]),
     (["emit", "hopper_bf16", "--set", "consumers=1", "--out", "bf16", "--act", "relu", "--gpu", "sm_90"],
      ["invalid point hopper_128x256_c1_s4_g8_ov_bf16_obf16_relu: 2 constraint(s) violated",
       "overlap=1 holds half of one m64 block of accumulators per consumer"]),

@@ -1,10 +1,9 @@
-"""Points: parameter parsing, precision, canonical names, named points, constraints, geometry.
+"""Points: parameter parsing, precision, canonical names (parsed back: tests/test_names.py), named points,
+constraints, geometry.
 
 Expected numbers here are worked out by hand from the family declarations (gemmgen/families/)
 and the FastCuda guide, not copied from gemmgen's output.
 """
-
-import random
 
 import pytest
 
@@ -13,7 +12,6 @@ from gemmgen.config import KernelConfig, make_config, parse_assignments
 from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES, get_family
 from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
-from gemmgen.problem import ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, variant_of
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 SM89_SMEM = 99 * 1024  # 101376 bytes
@@ -135,36 +133,6 @@ def test_the_name_encodes_every_parameter_and_the_precision(family):
     assert len(names) == 1 + sum(len(p.choices) - 1 for p in fam.params)
     precisions = {KernelConfig(fam, prec, arch, base.values).name for prec in fam.precisions}
     assert len(precisions) == len(fam.precisions)
-
-
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_points_round_trip_through_their_canonical_names(family):
-    """The one test of the name parse-back: the family's named points and points drawn at random,
-    half of them in a variant drawn at random (layouts, C's type, bias, activation, batch), read
-    back from their canonical names as the same point, variant and parameters."""
-    fam = FAMILIES[family]
-    rng = random.Random(1234)
-    named = [resolve_point(p, "sm_90") for p in sorted(NAMED_POINTS) if NAMED_POINTS[p].family == family]
-    choices = dict(zip(VARIANT_KEYS, (LAYOUTS, OUTPUTS, BIASES, ACTIVATIONS, BATCHES)))
-    configs = []
-    for _ in range(400):
-        params = {p.name: rng.choice(p.choices) for p in fam.params}
-        if rng.random() < 0.5:
-            params.update({key: rng.choice(values) for key, values in choices.items()})
-        try:
-            configs.append(make_config(fam, params, rng.choice(fam.precisions), "sm_90"))
-        except InvalidPoint:
-            continue
-    for config in named + configs:
-        assert resolve_point(config.name, "sm_90") == config
-        family_name, precision, params = point_spec(config.name)
-        assert (family_name, precision) == (config.family.name, config.precision)
-        assert {k: str(v) for k, v in config.params.items() if k not in VARIANT_KEYS} == \
-            {k: v for k, v in params.items() if k not in VARIANT_KEYS}
-        assert variant_of(config.name) == config.variant
-    assert len(configs) >= 5
-    if family in ("hopper", "mma", "warp"):  # families that compute other variants: some were drawn
-        assert any(config.variant.suffix for config in configs)
 
 
 def test_named_points_are_case_insensitive_and_unknown_names_list_them():

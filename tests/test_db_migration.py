@@ -17,7 +17,8 @@ from sqlalchemy import create_engine, inspect, text
 from gemmgen.arch import parse_arch
 from gemmgen.best import best, ranked
 from gemmgen.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
-from gemmgen.problem import VARIANT_KEYS, Shape, Variant, variant_of
+from gemmgen.names import variant_of
+from gemmgen.problem import VARIANT_KEYS, Shape, Variant
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "h100.db"

@@ -58,11 +58,11 @@ def test_mma_stores_16_bit_c_for_every_precision_and_layout(out):
 
 
 @pytest.mark.parametrize("family, params, precision, expected", [
-    ("warp", {**WARP, "out": "bf16"}, "fp32", "family warp stores C as fp32 only, not out=bf16"),
-    ("warp", {**WARP, "trans": "tt", "out": "fp16"}, "fp32", "family warp stores C as fp32 only, not out=fp16"),
-    ("wmma", {"trans": "tn"}, "fp16", "family wmma computes layout nn only, not trans=tn"),
-    ("register", {"trans": "tt"}, "fp32", "family register computes layout nn only, not trans=tt"),
-    ("fastgemm", {"trans": "nt"}, "fp32", "family fastgemm computes layout nn only, not trans=nt"),
+    ("warp", {**WARP, "out": "bf16"}, "fp32", "family warp computes out=fp32 only, not out=bf16"),
+    ("warp", {**WARP, "trans": "tt", "out": "fp16"}, "fp32", "family warp computes out=fp32 only, not out=fp16"),
+    ("wmma", {"trans": "tn"}, "fp16", "family wmma computes trans=nn only, not trans=tn"),
+    ("register", {"trans": "tt"}, "fp32", "family register computes trans=nn only, not trans=tt"),
+    ("fastgemm", {"trans": "nt"}, "fp32", "family fastgemm computes trans=nn only, not trans=nt"),
     ("hopper", {"trans": "tn"}, "tf32", "wgmma transposes 16-bit operands only, so A stored K x M (trans=tn, tt) "
                                         "takes fp16 or bf16"),
 ])

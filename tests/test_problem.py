@@ -26,3 +26,40 @@ def test_peak_bandwidth_from_the_memory_clock_and_bus():
 def test_bad_shapes_are_refused(text):
     with pytest.raises(InvalidParameter):
         parse_shape(text)
+
+
+# ---- the variant's vocabulary: one field table (gemmgen.problem.FIELDS) --------------------------
+
+def test_variant_is_the_field_table():
+    """Variant's attributes are FIELDS' keys in order, each defaulting to its field's default, and
+    each checked against its field's choices with a message that names them."""
+    from dataclasses import fields
+
+    from gemmgen.problem import FIELDS, VARIANT_KEYS, Variant
+
+    assert tuple(f.name for f in fields(Variant)) == VARIANT_KEYS == tuple(f.key for f in FIELDS)
+    assert Variant() == Variant(**{f.key: f.default for f in FIELDS})
+    assert Variant().items == () and Variant().suffix == ""
+    for f in FIELDS:
+        for value in f.choices:
+            assert getattr(Variant(**{f.key: value}), f.key) == value
+        with pytest.raises(InvalidParameter, match=f"^{f.key}='x' is not allowed; {f.key}.* must be one of: "
+                                                   f"{', '.join(f.choices)} "):
+            Variant(**{f.key: "x"})
+
+
+def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
+    import argparse
+
+    from gemmgen.cli import add_variant_arguments
+    from gemmgen.db import Kernel
+    from gemmgen.problem import FIELDS
+
+    parser = argparse.ArgumentParser()
+    add_variant_arguments(parser)
+    actions = {a.dest: a for a in parser._actions}
+    for f in FIELDS:
+        assert actions[f.key].choices == f.choices and actions[f.key].option_strings == [f.flag]
+        assert actions[f.key].help == f"{f.help} (default {f.default})"
+        assert Kernel.__table__.c[f.key].server_default.arg == f.default
+    assert FIELDS[-1].flag == "--batch-mode"  # --batch is the batch count

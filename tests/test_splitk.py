@@ -15,6 +15,7 @@ from conftest import assert_compiles_without_spills, build_all, nvcc_compile, sp
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import FAMILIES
+from gemmgen.names import middle
 from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
 from gemmgen.render import render_kernel
 
@@ -74,7 +75,7 @@ def test_every_split_and_swizzle_has_its_own_name():
 def test_families_without_name_options_keep_their_format():
     for fam in FAMILIES.values():
         if not fam.name_options:
-            assert fam.name_middle(fam.defaults) == fam.name_format.format(**fam.defaults)
+            assert middle(fam, fam.defaults) == fam.name_format.format(**fam.defaults)
 
 
 # ---- constraints --------------------------------------------------------------------------------

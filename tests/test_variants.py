@@ -11,7 +11,7 @@ from gemmgen import tolerance
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.points import resolve_point
-from gemmgen.problem import Shape, Variant, variant_of
+from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel
 
 NT_BF16 = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "trans": "nt", "out": "bf16"}
@@ -27,18 +27,12 @@ def test_names_change_only_away_from_the_default():
     assert resolve_point("v4").name == "warp_128x128x8_w64x32_t8x8_b2_fp32"  # the seed points keep their names
 
 
-def test_variant_of_stored_names():
-    assert variant_of("cublas_bf16_nt_obf16") == Variant("nt", "bf16")
-    assert variant_of("cublas_fp16") == Variant()
-    assert variant_of("register_64x64x16_t4x4_contig_v4_p0_fp32") == Variant()  # its 'layout' is a parameter
-
-
 def test_families_refuse_what_they_do_not_compute():
-    with pytest.raises(InvalidPoint, match=r"family wmma computes layout nn only, not trans=nt"):
+    with pytest.raises(InvalidPoint, match=r"family wmma computes trans=nn only, not trans=nt"):
         make_config("wmma", {"trans": "nt"}, "fp16")
-    with pytest.raises(InvalidPoint, match=r"family wmma stores C as fp32 only, not out=bf16"):
+    with pytest.raises(InvalidPoint, match=r"family wmma computes out=fp32 only, not out=bf16"):
         make_config("wmma", {"out": "bf16"}, "fp16", "sm_80")
-    with pytest.raises(InvalidPoint, match=r"family warp stores C as fp32 only, not out=fp16"):
+    with pytest.raises(InvalidPoint, match=r"family warp computes out=fp32 only, not out=fp16"):
         make_config("warp", {"trans": "tn", "out": "fp16"}, "fp32")
     assert make_config("hopper", {**NT_BF16, "overlap": 1}, "bf16").name == "hopper_128x256_c2_s4_g8_ov_bf16_nt_obf16"
     with pytest.raises(InvalidPoint, match=r"tf32 computes trans=nn into fp32 C only"):
@@ -104,3 +98,40 @@ def test_best_never_ranks_another_variant(tmp_path):
     assert [r.kernel for r in nt] == ["hopper_128x256_c2_s4_g8_bf16_nt_obf16"]
     assert nt[0].score == pytest.approx(750 / 770) and plain[0].score == pytest.approx(720 / 700)
 
+
+
+def test_what_a_family_computes_is_its_one_declaration():
+    """Family.computes is read by make_config's constraints, the tuner's check and the default
+    family of a workload alike: a variant of one key away from the default is refused by each
+    exactly where the declaration leaves it out, with the same line."""
+    from gemmgen.arch import parse_arch
+    from gemmgen.families import FAMILIES
+    from gemmgen.problem import FIELDS
+    from gemmgen.space import load_space
+    from gemmgen.tune.loop import check_variant
+    from gemmgen.tune.workload import default_family
+
+    assert {name for name, f in FAMILIES.items() if f.computes.refused(Variant(out="bf16"))} == {
+        "naive", "shared", "register", "warp", "wmma", "fastgemm"}
+    arch = parse_arch("sm_90")
+    for name, fam in FAMILIES.items():
+        for f in FIELDS:
+            for value in f.choices:
+                variant = Variant(**{f.key: value})
+                line = f"family {name} computes {f.key}={' or '.join(fam.computes.values(f.key))} only, not {f.key}={value}"
+                computed = value in fam.computes.values(f.key)
+                assert (variant in fam.computes) == computed
+                try:
+                    make_config(fam, {}, fam.precisions[-1], "sm_90a" if fam.arch_specific else "sm_90", variant)
+                    refused = []
+                except InvalidPoint as err:
+                    refused = [v for v in err.violations if v.startswith(f"family {name} computes ")]
+                assert refused == ([] if computed else [line])
+                if not computed:
+                    with pytest.raises(InvalidParameter, match=f"^{re.escape(line)}; see gemmgen list"):
+                        check_variant(load_space(name), fam.precisions[-1], arch, variant)
+    wanted = Variant(out="bf16", batch="strided")  # fp32's default family (warp) stores C as fp32 only
+    assert [default_family(p, arch, wanted) for p in ("tf32", "fp16", "bf16")] == ["hopper"] * 3
+    assert default_family("bf16", parse_arch("sm_80"), wanted) == "mma"
+    with pytest.raises(InvalidParameter, match="no default family tunes fp32 \\(nn bf16 none none strided\\)"):
+        default_family("fp32", arch, wanted)

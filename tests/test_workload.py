@@ -442,7 +442,7 @@ def test_tune_workload_tunes_the_files_variant(tmp_path, capsys, fake_gpu):
 @pytest.mark.parametrize("extra, message", [
     (["--out", "fp16"], '--out fp16 disagrees with workload {path}, which says out = "bf16"; leave --out out, or '
                         "change the file"),
-    ([], "family wmma does not compute trans=nt (only nn); out=bf16 (only fp32)"),  # tune_argv's --family wmma
+    ([], "family wmma computes trans=nn only, not trans=nt; out=fp32 only, not out=bf16"),  # tune_argv's --family wmma
 ])
 def test_tune_workload_refuses_options_that_disagree_with_its_variant(tmp_path, capsys, extra, message):
     path = write(tmp_path, TINY_NT)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gemmgen.errors import InvalidParameter
+from gemmgen.problem import Variant, Variants
 
 Value = int | str
 Params = Mapping[str, Value]
@@ -91,14 +92,15 @@ class Geometry:
 class Family:
     """One algorithm family: a template in templates/ and the rules of its parameter space.
 
-    ``derive(params, precision)`` returns the constants the template needs, including
-    ``geometry``; ``params`` there (and in ``check``) also holds the problem variant under
-    ``trans``, ``out``, ``bias``, ``act`` and ``batch`` (gemmgen.problem.Variant), which a family that takes
-    only the default ignores; it must not fail on a point that violates constraints (it may give nonsense
-    there: ``check`` reports the point first).
-    ``check(params, precision, derived)`` returns one human-readable line per violated
+    ``derive(params, precision, variant)`` returns the constants the template needs, including
+    ``geometry``, for the problem variant ``variant`` (gemmgen.problem.Variant; one of
+    ``computes``, which a family that computes only the default ignores); it must not fail on a
+    point that violates constraints (it may give nonsense there: ``check`` reports the point first).
+    ``check(params, precision, derived, variant)`` returns one human-readable line per violated
     family-specific constraint, with the values involved.
-    ``name_format`` builds the canonical name's middle part from the parameters.
+    ``computes`` declares the variants the template computes (gemmgen.problem.Variants): the
+    default alone unless it says more; gemmgen.constraints refuses the others in one line a key.
+    ``name_format`` builds the canonical name's middle part from the parameters (gemmgen.names).
     ``name_options`` lists parameters that join the name only away from their neutral value:
     (parameter, format, neutral value), appended in order after ``name_format``; a format without
     a field is a flag, for a parameter of two values. Parameters added
@@ -112,22 +114,15 @@ class Family:
     params: tuple[Param, ...]
     defaults: dict[str, Value]
     name_format: str
-    derive: Callable[[Params, str], dict]
-    check: Callable[[Params, str, dict], list[str]]
+    derive: Callable[[Params, str, Variant], dict]
+    check: Callable[[Params, str, dict, Variant], list[str]]
     requires: str = "any M, N, K >= 1"
     min_cc: int = 0  # lowest compute capability the template's instructions need
     min_cc_why: str = ""  # which instructions need min_cc (and max_cc)
     max_cc: int = 0  # highest compute capability the code runs on; 0: no limit
     arch_specific: bool = False  # built for the "a" target (sm_90a): its code runs on that cc alone
     name_options: tuple[tuple[str, str, Value], ...] = ()
-    layouts: tuple[str, ...] = ("nn",)  # the operand layouts the template computes (gemmgen.problem.LAYOUTS)
-    outputs: tuple[str, ...] = ("fp32",)  # the types of C it stores (gemmgen.problem.OUTPUTS)
-    biases: tuple[str, ...] = ("none",)  # the bias vectors its epilogue adds (gemmgen.problem.BIASES)
-    activations: tuple[str, ...] = ("none",)  # the activations its epilogue applies (gemmgen.problem.ACTIVATIONS)
-    # the batch modes it computes (gemmgen.problem.BATCHES): ("none", "strided") where its template
-    # computes a strided batch in one launch (the launcher's batched ABI, base.cu.j2). The default
-    # refuses batch=strided (gemmgen.constraints says so in one line).
-    batches: tuple[str, ...] = ("none",)
+    computes: Variants = Variants()
 
     def __post_init__(self):
         for param, fmt, neutral in self.name_options:
@@ -137,15 +132,6 @@ class Family:
     def runs_on(self, cc: int) -> bool:
         """Whether the family's code can target compute capability ``cc`` (min_cc..max_cc)."""
         return cc >= self.min_cc and (not self.max_cc or cc <= self.max_cc)
-
-    def name_middle(self, params: Params) -> str:
-        """The canonical name's middle part: ``name_format``, then each ``name_options`` part
-        whose parameter is away from its neutral value."""
-        text = self.name_format.format(**params)
-        for param, fmt, neutral in self.name_options:
-            if params[param] != neutral:
-                text += fmt.format(**params)
-        return text
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -25,7 +25,7 @@ MAX_ACC = 128  # products summed in registers per thread (AV * 4 * NB)
 OVERHEAD_REGISTERS = 24  # indices, pointers, loop counters, predicates (an estimate)
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     threads = p["THREADS"]
     groups = max(p["BM"] // p["AV"], 1)  # thread groups along M, one A vector each
     tc = max(threads // groups, 1)  # threads per group, along N
@@ -49,7 +49,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     divides(v, "each thread group along M holds one A vector of AV rows", "BM", p["BM"], "AV", p["AV"])
     groups, tc = d["GROUPS"], d["TC"]

@@ -90,6 +90,7 @@ C's edges, and the direct stores stay inside C, so any M, N, K >= 1 is correct.
 
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families.base import Family, Geometry, Param, Tma, divides
+from gemmgen.problem import EVERY_VARIANT
 
 SWIZZLE_BYTES = 128  # TMA and wgmma 128-byte swizzle: one shared-memory row of a tile
 MAX_ACC_REGS = 160  # fp32 accumulators per consumer thread; the rest of its 232-240 registers is headroom (144 = three m64n96 blocks, cuBLAS's 192x96 tile, compiles without spills)
@@ -106,7 +107,7 @@ C_BOX_BYTES = C_BOX[0] * C_BOX[1] * 4
 C_BUFFERS = 2
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     dt = PRECISIONS[precision]
     esize = dt.bytes
     # elements in one 128-byte swizzled row: the K depth of a stage, and B's column chunk
@@ -115,9 +116,9 @@ def derive(p, precision):
     # of 8), so a thin M needs no 64-row tile. tf32 always (B^T fragments from registers).
     tf32 = precision == "tf32"
     swap = tf32 or p["swap"] == 1
-    a_t = p["trans"][0] == "t"  # A stored K x M: its tile lies M-major, in 64-column chunks like an N-major B's
-    b_t = p["trans"][1] == "t"  # B stored N x K: K-major, like an M x K A
-    c_esize = PRECISIONS[p["out"]].bytes
+    a_t = variant.a_transposed  # A stored K x M: its tile lies M-major, in 64-column chunks like an N-major B's
+    b_t = variant.b_transposed  # B stored N x K: K-major, like an M x K A
+    c_esize = PRECISIONS[variant.out].bytes
     share = 1 if p["schedule"] == "pingpong" else p["consumers"]
     rows, cols = (p["BM"], p["BN"] // share) if swap else (p["BM"] // share, p["BN"])
     wgmma_n = p["BM"] if swap else p["BN"]
@@ -176,16 +177,16 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     split, what = ("BN", "columns") if d["SWAP_AB"] else ("BM", "rows")
-    if d["TF32_FRAGS"] and (p["trans"] != "nn" or p["out"] != "fp32"):
+    if d["TF32_FRAGS"] and (variant.trans != "nn" or variant.out != "fp32"):
         a_t = ("; wgmma transposes 16-bit operands only, so A stored K x M (trans=tn, tt) takes fp16 or bf16"
                if d["A_T"] else "")
         v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major "
                  f"B{a_t})")
     if d["A_T"] and d["SWAP_AB"] and not d["TF32_FRAGS"] and p["BM"] % 64:
-        v.append(f"swap=1 reads A stored K x M (trans={p['trans']}) as wgmma's N-major B operand, in the 128-byte "
+        v.append(f"swap=1 reads A stored K x M (trans={variant.trans}) as wgmma's N-major B operand, in the 128-byte "
                  f"swizzle's 64-column chunks of M: BM={p['BM']} must be a multiple of 64 (BM=16 and 32 take "
                  "trans=nn or nt)")
     if p["swap"] and d["TF32_FRAGS"]:
@@ -265,11 +266,7 @@ FAMILY = Family(
     min_cc=90,
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
-    layouts=("nn", "nt", "tn", "tt"),
-    outputs=("fp32", "fp16", "bf16"),
-    biases=("none", "row", "col"),
-    activations=("none", "relu", "gelu", "silu"),
-    batches=("none", "strided"),
+    computes=EVERY_VARIANT,
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
                   ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),

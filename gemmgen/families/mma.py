@@ -47,11 +47,12 @@ needs once: its stores walk the tiles along the bias's dimension in the outer lo
 
 from gemmgen.dtypes import PRECISIONS
 from gemmgen.families.base import Family, Geometry, Param, divides
+from gemmgen.problem import EVERY_VARIANT
 
 MAX_ACC_REGS = 128  # fp32 accumulators per thread; more leaves too few registers for fragments
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     dt = PRECISIONS[precision]
     esize = dt.bytes
     vec = 16 // esize  # elements per 16-byte copy
@@ -59,7 +60,7 @@ def derive(p, precision):
     wm, wn = p["BM"] // p["WARPS_M"], p["BN"] // p["WARPS_N"]
     stage = p["BM"] * p["BK"] + p["BK"] * p["BN"]  # elements; no padding (swizzled)
     tf32 = precision == "tf32"
-    a_t, b_t = p["trans"][0] == "t", p["trans"][1] == "t"
+    a_t, b_t = variant.a_transposed, variant.b_transposed
     return {
         "geometry": Geometry((32 * warps, 1, 1), tile_m=p["BM"], tile_n=p["BN"],
                              smem_bytes=p["stages"] * stage * esize, pack_vec=vec,
@@ -80,7 +81,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     divides(v, "each warp's rows must be whole m16 tiles", "BM", p["BM"], "16*WARPS_M", 16 * p["WARPS_M"])
     # fp16/bf16 B fragments come in pairs of n8 tiles (one ldmatrix.x4.trans)
@@ -118,10 +119,6 @@ FAMILY = Family(
     check=check,
     min_cc=80,
     min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
-    layouts=("nn", "nt", "tn", "tt"),
-    outputs=("fp32", "fp16", "bf16"),
-    biases=("none", "row", "col"),
-    activations=("none", "relu", "gelu", "silu"),
-    batches=("none", "strided"),
+    computes=EVERY_VARIANT,
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )

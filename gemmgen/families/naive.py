@@ -5,11 +5,11 @@ from gemmgen.families.base import Family, Geometry, Param
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     return {"geometry": Geometry((p["BX"], p["BY"], 1), tile_m=p["BY"], tile_n=p["BX"], smem_bytes=0)}
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     return []
 
 

@@ -8,7 +8,7 @@ thread grid (``strided``, as in the CUDA-007 blog). ``vec`` is the global-load w
 from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     tx, ty = max(p["BN"] // p["TN"], 1), max(p["BM"] // p["TM"], 1)
     threads = tx * ty
     vec = p["vec"]
@@ -27,7 +27,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     divides(v, "thread tile must divide block tile", "BM", p["BM"], "TM", p["TM"])
     divides(v, "thread tile must divide block tile", "BN", p["BN"], "TN", p["TN"])

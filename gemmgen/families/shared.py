@@ -3,7 +3,7 @@
 from gemmgen.families.base import Family, Geometry, Param
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     t, pad = p["TILE"], p["PAD"]
     return {
         "geometry": Geometry((t, t, 1), tile_m=t, tile_n=t, smem_bytes=2 * t * (t + pad) * 4),
@@ -11,7 +11,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     return []
 
 

@@ -24,15 +24,16 @@ goes through it. A thread loads the bias of its TN columns (or of each of its TM
 """
 
 from gemmgen.families.base import Family, Geometry, Param, cdiv, divides
+from gemmgen.problem import EVERY_VARIANT
 
 A_PAD = 4  # floats; keeps 16-byte alignment of the transposed A rows and spreads their stores
 B_PAD = A_PAD  # the same for B's rows where B is stored N x K (trans nt, tt) and transposed too
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     warps_m, warps_n = max(p["BM"] // p["WM"], 1), max(p["BN"] // p["WN"], 1)
     threads = 32 * warps_m * warps_n
-    a_t, b_t = p["trans"][0] == "t", p["trans"][1] == "t"
+    a_t, b_t = variant.a_transposed, variant.b_transposed
     lda = p["BM"] + (0 if a_t else A_PAD)  # A stored K x M is stored as loaded: no transposing stores
     ldb = p["BN"] + (B_PAD if b_t else 0)
     return {
@@ -52,7 +53,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     divides(v, "warp tile must divide block tile", "BM", p["BM"], "WM", p["WM"])
     divides(v, "warp tile must divide block tile", "BN", p["BN"], "WN", p["WN"])
@@ -89,8 +90,5 @@ FAMILY = Family(
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
     derive=derive,
     check=check,
-    layouts=("nn", "nt", "tn", "tt"),
-    biases=("none", "row", "col"),
-    activations=("none", "relu", "gelu", "silu"),
-    batches=("none", "strided"),
+    computes=EVERY_VARIANT.but(out=("fp32",)),
 )

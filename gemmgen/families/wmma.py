@@ -13,7 +13,7 @@ C_PAD = 4  # floats per staged C row; store_matrix_sync needs a multiple of 4
 MAX_ACC_REGS = 128
 
 
-def derive(p, precision):
+def derive(p, precision, variant):
     esize = PRECISIONS[precision].bytes
     threads = 32 * p["WARPS_M"] * p["WARPS_N"]
     vec = 16 // esize
@@ -36,7 +36,7 @@ def derive(p, precision):
     }
 
 
-def check(p, precision, d):
+def check(p, precision, d, variant):
     v: list[str] = []
     divides(v, "each warp's rows must be whole 16-row fragments", "BM", p["BM"], "16*WARPS_M", 16 * p["WARPS_M"])
     divides(v, "each warp's columns must be whole 16-column fragments", "BN", p["BN"], "16*WARPS_N",

@@ -53,18 +53,18 @@ def fitted_tiles(space: SearchSpace, precision: str, arch: Arch, variant: Varian
     for base in space.fits:
         for bm in sorted({max(MIN_BM, cdiv(cdiv(m, rows), 8) * 8) for rows in range(1, cdiv(m, MIN_BM) + 1)}):
             if bm <= 256:
-                config = _valid({**base, "BM": bm, **dict(variant.items)}, precision, arch, space.family)
+                config = _valid({**base, "BM": bm}, precision, arch, space.family, variant)
                 if config is not None:
                     out.append(config)
     return out
 
 
-def _valid(params: dict, precision: str, arch: Arch, family: str) -> KernelConfig | None:
+def _valid(params: dict, precision: str, arch: Arch, family: str, variant: Variant) -> KernelConfig | None:
     """The config of ``params``, with fewer stages where its tile does not fit; None where nothing fits."""
     allowed = get_family(family).param("stages").choices
     for stages in sorted((s for s in allowed if s <= params.get("stages", max(allowed))), reverse=True):
         try:
-            return make_config(family, {**params, "stages": stages}, precision, arch)
+            return make_config(family, {**params, "stages": stages}, precision, arch, variant)
         except InvalidPoint as err:
             if not any("shared memory" in v for v in err.violations):
                 return None
@@ -77,8 +77,7 @@ def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
     if p.get("streamk", 1) != 0 or p.get("schedule") != "coop":
         return None
     try:
-        return make_config(config.family, {**p, **dict(config.variant.items), "streamk": 1}, config.precision,
-                           config.arch)
+        return make_config(config.family, {**p, "streamk": 1}, config.precision, config.arch, config.variant)
     except InvalidPoint:
         return None
 

@@ -42,7 +42,7 @@ from gemmgen.config import KernelConfig, make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.families import get_family
 from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
-from gemmgen.points import NAMED_POINTS
+from gemmgen.points import NAMED_POINTS, resolve_point
 from gemmgen.problem import Shape, Variant
 from gemmgen.render import render_kernel, source_hash, template_hash
 from gemmgen.report import geometric_mean
@@ -72,31 +72,22 @@ def study_name(family: str, precision: str, arch: str, shapes: list[Shape], vari
             + (f"-batch{batch_count}" if variant.batched else ""))
 
 
-def variant_params(params: dict, variant: Variant) -> dict:
-    """A trial's parameters (the space's) with the variant's keys, as make_config takes them."""
-    return {**params, **dict(variant.items)}
-
-
 def check_variant(space: SearchSpace, precision: str, arch, variant: Variant) -> None:
     """Raises InvalidParameter, in one message, where tuning ``space`` for ``variant`` would find
-    nothing: the family does not compute the variant at all (its declared layouts, outputs,
-    biases, activations), or none of CHECK_DRAWS points drawn from the space computes it in
-    ``precision`` on ``arch`` (the message gives the constraints every point drawn broke, else
-    those of the first)."""
+    nothing: the family does not compute the variant at all (its declared ``computes``), or none
+    of CHECK_DRAWS points drawn from the space computes it in ``precision`` on ``arch`` (the
+    message gives the constraints every point drawn broke, else those of the first)."""
     family = get_family(space.family)
-    declared = {"trans": family.layouts, "out": family.outputs, "bias": family.biases, "act": family.activations,
-                "batch": family.batches}
-    wrong = [f"{key}={getattr(variant, key)} (only {', '.join(declared[key])})" for key in declared
-             if getattr(variant, key) not in declared[key]]
-    if wrong:
-        raise InvalidParameter(f"family {family.name} does not compute {'; '.join(wrong)}; see gemmgen list and "
+    refused = family.computes.refused(variant)
+    if refused:
+        raise InvalidParameter(f"family {family.name} computes {'; '.join(refused)}; see gemmgen list and "
                                "docs/problems.md for the variants each family computes")
     if variant == Variant():
         return
     rng, first, every = random.Random(0), None, None
     for _ in range(CHECK_DRAWS):
         try:
-            make_config(space.family, variant_params(space.sample(rng), variant), precision, arch)
+            make_config(space.family, space.sample(rng), precision, arch, variant)
             return
         except InvalidPoint as err:
             first = first or err
@@ -117,9 +108,10 @@ def named_points_in(space: SearchSpace, precision: str) -> list[str]:
     return names
 
 
-def _compile(family: str, params: dict, precision: str, arch: str, timeout_s: float) -> BuildResult:
-    """Runs in a worker process: render and compile one point (into the shared cache)."""
-    return build_kernel(make_config(family, params, precision, arch), timeout_s=timeout_s)
+def _compile(name: str, arch: str, timeout_s: float) -> BuildResult:
+    """Runs in a worker process: render and compile the point of canonical name ``name`` (into the
+    shared cache)."""
+    return build_kernel(resolve_point(name, arch), timeout_s=timeout_s)
 
 
 @dataclass
@@ -268,7 +260,7 @@ class Tuner:
     def config(self, params: dict) -> KernelConfig:
         """The KernelConfig of a trial's parameters, of this run's precision, target and variant;
         raises InvalidPoint."""
-        return make_config(self.space.family, variant_params(params, self.variant), self.precision, self.arch)
+        return make_config(self.space.family, params, self.precision, self.arch, self.variant)
 
     def _feasible(self, params: dict) -> bool:
         try:
@@ -481,8 +473,7 @@ class Tuner:
         return _Work(trial, config, future=self._submit(pool, config))
 
     def _submit(self, pool, config: KernelConfig) -> Future:
-        return pool.submit(self.compile_fn, config.family.name, variant_params(config.params, config.variant),
-                           config.precision, config.arch.name, self.compile_timeout_s)
+        return pool.submit(self.compile_fn, config.name, config.arch.name, self.compile_timeout_s)
 
     def _settle_waiting(self, pending: deque, pool, work_q: queue.Queue) -> None:
         """Trials whose point another tuner claimed: reuse its result once stored; take the claim

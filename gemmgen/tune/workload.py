@@ -44,13 +44,10 @@ DEFAULT_FAMILIES = {"fp32": ("warp",), "tf32": ("hopper", "mma"), "fp16": ("hopp
 
 def default_family(precision: str, arch: Arch, variant: Variant = Variant()) -> str:
     """The family to tune ``precision`` with on ``arch`` (DEFAULT_FAMILIES): the first that runs
-    there and computes ``variant`` (its declared layouts, outputs, biases, activations and batches);
-    raises InvalidParameter where none of them does."""
+    there and computes ``variant`` (its declared ``computes``); raises InvalidParameter where none
+    of them does."""
     for name in DEFAULT_FAMILIES[precision]:
-        f = FAMILIES[name]
-        if f.runs_on(arch.cc) and (variant.trans in f.layouts and variant.out in f.outputs
-                                   and variant.bias in f.biases and variant.act in f.activations
-                                   and variant.batch in f.batches):
+        if FAMILIES[name].runs_on(arch.cc) and variant in FAMILIES[name].computes:
             return name
     what = precision if variant == Variant() else f"{precision} ({variant.text})"
     raise InvalidParameter(f"no default family tunes {what} on {arch.name}; choose one with --family")
