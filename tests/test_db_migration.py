@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from gemmgen.arch import parse_arch
-from gemmgen.best import best, ranked
-from gemmgen.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
-from gemmgen.problem import VARIANT_KEYS, Shape, Variant, variant_of
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.problem import VARIANT_KEYS, Shape, Variant, variant_of
+from gemmgen.selection.best import best, ranked
+from gemmgen.store.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "h100.db"

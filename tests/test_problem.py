@@ -2,10 +2,10 @@
 
 import pytest
 
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.problem import Shape, parse_shape
 from gemmgen.errors import InvalidParameter
-from gemmgen.problem import Shape, parse_shape
-from gemmgen.runtime import DeviceInfo
-from gemmgen.arch import parse_arch
+from gemmgen.measure.launcher import DeviceInfo
 
 
 def test_a_thin_product_moves_mostly_b():

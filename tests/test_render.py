@@ -8,9 +8,9 @@ import jinja2
 import pytest
 
 import gemmgen
-from gemmgen.config import make_config
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 JINJA_SYNTAX = ("{{", "{%", "{#")  # openers only: "}}" is ordinary C++ (nested blocks)

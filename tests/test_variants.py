@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from gemmgen import tolerance
-from gemmgen.config import make_config
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe import tolerance
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape, Variant, variant_of
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.points import resolve_point
-from gemmgen.problem import Shape, Variant, variant_of
-from gemmgen.render import render_kernel
 
 NT_BF16 = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "trans": "nt", "out": "bf16"}
 
@@ -84,9 +84,9 @@ def test_variant_dims():
 def test_best_never_ranks_another_variant(tmp_path):
     from datetime import datetime, timedelta
 
-    from gemmgen.arch import parse_arch
-    from gemmgen.best import ranked
-    from gemmgen.db import ResultsDB
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.selection.best import ranked
+    from gemmgen.store.db import ResultsDB
 
     db = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
     device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1, memory_clock_mhz=1, driver_version="x",

@@ -1,0 +1,652 @@
+"""gemmgen kernels called on PyTorch tensors (``pip install 'gemmgen[torch]'``)::
+
+    $ gemmgen emit hopper_fp16 > gemm.cu
+    >>> import torch, gemmgen.torch
+    >>> gemm = gemmgen.torch.load("gemm.cu")   # nvcc builds it once (cached), then it is loaded
+    >>> a = torch.rand(4096, 1024, device="cuda", dtype=torch.float16)
+    >>> b = torch.rand(1024, 2048, device="cuda", dtype=torch.float16)
+    >>> c = gemm(a, b)                          # fp32 a @ b, 4096 x 2048, on the current stream
+
+A kernel of another problem variant (gemmgen.describe.problem.Variant: ``gemmgen emit ... --trans nt --out
+bf16 --bias col --act gelu``) takes its operands as it stores them and gives C in its type: for
+that one, ``gemm(x, w, bias=b)`` is ``F.gelu(F.linear(x, w, b), approximate="tanh")`` in bf16,
+with w of shape (N, K) as nn.Linear keeps it.
+
+:func:`load` takes an emitted file or a library built from one (a dispatcher too: it exports the
+same functions) and returns a :class:`GemmOp` (a :class:`BatchedGemmOp`, taking 3-D tensors, for a
+batched launcher: ``gemmgen emit ... --batch-mode strided``), which calls the launcher through
+:class:`gemmgen.measure.launcher.Launcher` on the current torch stream of A's device. The rules it checks
+tensors by, and their messages, are in :mod:`gemmgen.torch.checks` (importable without torch).
+
+Every call is a registered torch operator, ``torch.ops.gemmgen.gemm`` (C new) or
+``torch.ops.gemmgen.gemm_out`` (into a given C), keyed by the loaded library (``GemmOp.key``), with
+a fake implementation that gives C's shape, dtype and strides: ``torch.compile(fullgraph=True)``
+traces a GemmOp call, with static or dynamic shapes, as one node. Eager calls skip torch's
+dispatcher and call the launcher straight away (host time), unless a torch dispatch mode is active
+(FakeTensorMode, make_fx), which then sees the operator. Every launch takes its workspace (split-K
+partial sums, stream-K flags, packed operands) from torch's caching allocator, on the launch's
+stream, and zeroes its flags there: so a call can be captured into a CUDA graph on any stream,
+first-seen shapes included (inside ``torch.cuda.graph`` the workspace comes from the graph's pool).
+
+:class:`Linear` is nn.Linear through such a launcher (trans nt), and :func:`patch` swaps a model's
+nn.Linear modules for it where a launcher serves them.
+
+A GemmOp is no autograd function: it refuses tensors that need grad, and the operators have no
+backward.
+"""
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from gemmgen.build.nvcc import DEFAULT_FLAGS, build_library
+from gemmgen.describe.problem import Variant
+from gemmgen.errors import GemmgenError, InvalidParameter
+from gemmgen.measure.launcher import Launcher
+from gemmgen.torch.checks import (Operand, TensorError, build_target, check_batched_call, check_call, dtype_for,
+                                  out_dtype, source_target)
+
+__all__ = ["BatchedGemmOp", "BuildFailed", "GemmOp", "Linear", "NotCapturable", "PatchReport", "TensorError",
+           "linear_refusal", "load", "patch"]
+
+DEFAULT_LAUNCHER = "gemmgen_gemm"
+_PLANS_KEPT = 256  # launches whose host work a GemmOp keeps, for calls that repeat them
+_INT_MAX = 2**31 - 1
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # the tensors GemmOp._plain takes on its quick path
+
+# GemmOp.key -> the GemmOp made for it last: what the registered operators call (the operator
+# names its library by key, a string, so that torch.compile keeps it as a constant of the graph).
+_LOADED: dict[str, "GemmOp"] = {}
+
+# A call's host time is what a small product costs in eager mode, where the GPU waits for the
+# host: torch.cuda.current_stream() builds a Stream object per call (microseconds), the raw
+# getters that torch's own generated code (Inductor) and Triton use do not. Public API where a
+# torch lacks them.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_raw_device = getattr(torch._C, "_cuda_getDevice", None)
+# How many torch dispatch modes are active (FakeTensorMode, make_fx's proxy mode, ...); an eager
+# call only skips torch's dispatcher where there are none.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+def _current_stream(index: int) -> int:
+    """The cudaStream_t of torch's current stream on device ``index``."""
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _current_device() -> int:
+    return _raw_device() if _raw_device is not None else torch.cuda.current_device()
+
+
+class BuildFailed(GemmgenError):
+    """nvcc could not build a .cu file given to :func:`load` (the message holds its log)."""
+
+
+class NotCapturable(GemmgenError, RuntimeError):
+    """A call that cannot be captured into a CUDA graph was made while torch's current stream is
+    capturing; it is refused before it touches the stream, so the capture stays valid."""
+
+
+def _operand(name: str, t, fake: bool = False) -> Operand:
+    """The check's view of ``t``; ``fake``: a tensor without data (FakeTensor), whose address is
+    not known and whose grad is autograd's business (the operator has no backward)."""
+    if not isinstance(t, torch.Tensor):
+        raise TensorError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    strided = t.layout == torch.strided  # only dense tensors have strides and one data pointer
+    address = None if fake else t.data_ptr() if strided else 0
+    return Operand(shape=tuple(t.shape), stride=tuple(t.stride()) if strided else (), dtype=str(t.dtype),
+                   device=str(t.device), address=address, itemsize=t.element_size(), layout=str(t.layout),
+                   needs_grad=not fake and t.requires_grad and torch.is_grad_enabled())
+
+
+def _operands(a, b, out, fake: bool = False) -> tuple:
+    """(a, b, out or None) as Operands."""
+    return _operand("a", a, fake), _operand("b", b, fake), None if out is None else _operand("out", out, fake)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name.removeprefix("torch."))
+
+
+class GemmOp:
+    """One loaded launcher: ``op(a, b)`` is ``a @ b`` through the gemmgen kernel, in the kernel's
+    problem variant (``variant``, gemmgen.describe.problem.Variant): A and B as it stores them, C in its
+    type, the bias and activation it fuses.
+
+    ``precision`` is the launcher's ("fp32", "tf32", "fp16" or "bf16") and ``dtype`` the torch
+    dtype it takes for A and B (tf32 kernels take torch.float32); ``out_dtype`` that of C and the
+    bias (the variant's ``out``); ``launcher`` is the gemmgen.measure.launcher.Launcher underneath, ``path``
+    the library. ``key`` ("<library path>:<launcher name>") names the library to the registered
+    operators (torch.ops.gemmgen.gemm and gemm_out take it first); a GemmOp made for it registers
+    itself under it, in this process.
+    """
+
+    _batched_abi = False  # the launcher ABI this class calls: one product per launch
+
+    def __init__(self, launcher: Launcher, path: str | Path):
+        self.launcher = launcher
+        self.path = Path(path)
+        self.precision = launcher.precision
+        self.variant: Variant = launcher.variant
+        if self.variant.batched != self._batched_abi:  # load() picks the class by the launcher's variant
+            raise TensorError(f"{self.path}'s launcher (variant {self.variant.text}) is "
+                              f"{'' if self.variant.batched else 'not '}batched: wrap it with "
+                              f"{'BatchedGemmOp' if self.variant.batched else 'GemmOp'} (gemmgen.torch.load picks)")
+        self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
+        self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
+        self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first
+        self.key = f"{self.path}:{launcher.name}"
+        _LOADED[self.key] = self
+
+    def __deepcopy__(self, memo) -> "GemmOp":
+        """The same op: it is a handle on a loaded library (so a deep copy of a patched model works)."""
+        return self
+
+    def __reduce__(self):
+        """Pickled as its library's path and launcher name, loaded again when unpickled."""
+        return _reload, (str(self.path), self.launcher.name)
+
+    def __repr__(self) -> str:
+        variant = "" if self.variant == Variant() else f", variant={self.variant.text!r}"
+        return f"GemmOp({str(self.path)!r}, precision={self.precision!r}{variant})"
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``out = act(alpha * op(a) @ op(b) + beta * out + bias)``; returns ``out``.
+
+        a and b: tensors of ``self.dtype`` on one CUDA device, contiguous row-major (a transposed
+        view is refused: pass ``.contiguous()``; nothing is copied), as the variant stores them:
+        a is M x K (K x M for trans tn, tt), b is K x N (N x K for nt, tt: F.linear's weight, so
+        that a kernel of trans nt computes ``a @ b.T``). out: ``self.out_dtype`` (M x N),
+        contiguous, on that device, sharing no memory with a, b or bias; None: a new one (then
+        beta must be 0). bias: for a variant that adds one, a 1-D tensor of ``self.out_dtype``
+        with N values (bias=col: nn.Linear's bias, one per column of C) or M values (bias=row);
+        None otherwise. The activation (relu, gelu with the tanh approximation, silu) is the
+        variant's. With beta == 0 out is not read (NaN in it does not matter). alpha and beta
+        reach the kernel as fp32; C is rounded to its type once, at the end.
+
+        The work is queued on ``torch.cuda.current_stream(a.device)`` and the call returns
+        without waiting, as torch's own operations do. Empty products follow torch.addmm: M or
+        N == 0 returns out as it is; K == 0 makes out ``act(beta * out + bias)`` (``beta * out``,
+        zeros where beta == 0, for the variants without a bias or activation), computed by torch.
+
+        The workspace a launch needs comes from torch's caching allocator on that stream, and
+        nothing in a call waits for the device: a call can be captured into a CUDA graph
+        (``torch.cuda.graph``) on any stream, any shape, first seen or not.
+
+        Under torch.compile (and under a torch dispatch mode) the call is the registered operator
+        torch.ops.gemmgen.gemm (out None) or gemm_out (out given, which it writes), which the
+        compiler traces with its fake implementation: the same rules but those about addresses,
+        checked on the traced tensors.
+
+        Raises TensorError (gemmgen.torch.checks: the first rule broken, with the fix) before
+        any work is queued, gemmgen.measure.launcher.ShapeRefused where the kernel cannot take M, N, K
+        (the launcher's reason), NotCapturable where the library (one of an earlier gemmgen,
+        without the caller's workspace) cannot launch during a capture, and
+        gemmgen.measure.launcher.LaunchFailed for any other CUDA error.
+        """
+        if torch.compiler.is_compiling() or _dispatch_modes():
+            return self._through_op(a, b, out, alpha, beta, bias)
+        return self._eager(a, b, out, alpha, beta, bias)
+
+    def _through_op(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
+        """The call as the registered operator (which torch.compile and dispatch modes see)."""
+        if out is None:
+            return torch.ops.gemmgen.gemm(self.key, a, b, bias, float(alpha), float(beta))
+        torch.ops.gemmgen.gemm_out(self.key, a, b, out, bias, float(alpha), float(beta))
+        return out
+
+    def _eager(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
+        """The call on tensors with data: checks, then the launch (or torch's work where empty)."""
+        mnk = self._plain(a, b, out, beta, bias)
+        if mnk is None:
+            mnk = check_call(self.precision, *_operands(a, b, out), beta, self.variant,
+                             None if bias is None else _operand("bias", bias))
+        m, n, k = mnk
+        if out is None:
+            out = torch.empty((m, n), dtype=self.out_dtype, device=a.device)
+        if m == 0 or n == 0:
+            return out
+        if k == 0:
+            return self._no_product(out, beta, bias)
+        self._queue(a.device, (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+                               None if bias is None else bias.data_ptr()))
+        return out
+
+    def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
+        """The operators' fake implementation: the rules of the call (but those about addresses)
+        on tensors without data, and C as the call makes it: a new contiguous (M, N) tensor of
+        ``out_dtype`` on a's device where ``out`` is None; None where it is given (written in
+        place)."""
+        m, n, _ = check_call(self.precision, *_operands(a, b, out, fake=True), beta, self.variant,
+                             None if bias is None else _operand("bias", bias, fake=True))
+        return a.new_empty((m, n), dtype=self.out_dtype) if out is None else None
+
+    def _no_product(self, out: torch.Tensor, beta: float, bias: torch.Tensor | None) -> torch.Tensor:
+        """K == 0: C = act(beta * C + bias), in fp32, rounded once into out."""
+        if not self.variant.has_epilogue:
+            return out.zero_() if beta == 0 else out.mul_(beta)
+        x = out.float() * beta if beta != 0 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        if bias is not None:  # a vector (or, batched, a vector per matrix) along C's rows or columns
+            x += bias.float().unsqueeze(-2) if self.variant.bias == "col" else bias.float().unsqueeze(-1)
+        act = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
+               "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[self.variant.act]
+        return out.copy_(act(x))
+
+    def _plain(self, a, b, out, beta, bias) -> tuple[int, int, int] | None:
+        """(M, N, K) for the everyday call -- dense, contiguous CUDA tensors of this op's dtypes on
+        one device, fitting shapes, an out apart from them, the bias the variant takes, no grad --
+        judged with torch's own cheap predicates (a Parameter counts as a tensor: nn.Linear's
+        weight and bias are); None for anything else. It accepts a subset of
+        what check_call accepts (test_gpu_torch.py checks that on many tensors); anything else
+        goes through check_call, which says what is wrong."""
+        v, strided = self.variant, torch.strided
+        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is self.dtype and b.dtype is self.dtype
+                and a.layout is strided and b.layout is strided and a.is_cuda and a.dim() == 2 and b.dim() == 2
+                and a.get_device() == b.get_device() and a.is_contiguous() and b.is_contiguous()
+                and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
+            return None
+        if v.a_transposed:
+            k, m = a.shape
+        else:
+            m, k = a.shape
+        if v.b_transposed:
+            n, k_b = b.shape
+        else:
+            k_b, n = b.shape
+        if k != k_b or m > _INT_MAX or n > _INT_MAX or k > _INT_MAX:
+            return None
+        device = a.get_device()
+        if v.bias == "none":
+            if bias is not None:
+                return None
+        elif not (type(bias) in _PLAIN_TYPES and bias.dtype is self.out_dtype and bias.layout is strided
+                  and bias.get_device() == device and bias.dim() == 1 and bias.shape[0] == (n if v.bias == "col" else m)
+                  and bias.is_contiguous() and not (bias.requires_grad and torch.is_grad_enabled())):
+            return None
+        if out is None:
+            return (m, n, k) if beta == 0 else None
+        if not (type(out) in _PLAIN_TYPES and out.dtype is self.out_dtype and out.layout is strided
+                and out.get_device() == device and out.shape == (m, n) and out.is_contiguous()):
+            return None
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        apart = all(t.data_ptr() >= hi or t.data_ptr() + t.numel() * t.element_size() <= lo
+                    for t in (a, b, bias) if t is not None)
+        return (m, n, k) if apart else None
+
+    def _queue(self, device: torch.device, args: tuple) -> None:
+        """Queue the launch of ``args`` on torch's current stream of CUDA ``device``. The
+        launcher's CUDA runtime works on the current device's primary context, torch's own;
+        switching devices costs microseconds, so only where the operands are on another one."""
+        index = device.index
+        if index == _current_device():
+            self._launch(args, _current_stream(index), device)
+        else:
+            with torch.cuda.device(index):
+                self._launch(args, _current_stream(index), device)
+
+    def _launch(self, args: tuple, stream: int, device: torch.device) -> None:
+        """Queue the launch of ``args`` (M, N, K, alpha, A, B, beta, C, bias or None: addresses;
+        a batched op's add the batch and strides, _new_plan) on ``stream`` of ``device``: through
+        a plan made earlier for the same arguments (the launcher's host work -- checks, grid,
+        tensor maps -- done once), else a new one, kept for next time. A plan is the launch it was
+        made for, so reusing one is the same launch. Each thread keeps its own plans (at most
+        _PLANS_KEPT), so that no thread frees a plan another is running.
+
+        The workspace a plan's run takes (plan.workspace_bytes) is a new torch tensor on
+        ``device``, made while ``stream`` is current: torch's caching allocator gives it back to
+        that stream's later work once the launch is queued, and inside a CUDA-graph capture takes
+        it from the graph's pool. A library of an earlier gemmgen keeps its own workspace per
+        stream (a plain Plan), which a capture cannot hold: refused then (NotCapturable)."""
+        if not self.launcher.takes_workspace:
+            self._refuse_capture(f"{self.path} was built by a gemmgen whose launches keep a workspace of their own and "
+                                 "grow it (waiting for the stream) where a shape needs more, which a CUDA graph capture "
+                                 "cannot hold: emit and build it again with this gemmgen (its launches then take their "
+                                 "workspace from torch), or call it outside the capture")
+        plans = self._plans()
+        key = (*args, stream)
+        plan = plans.get(key)
+        if plan is None:
+            plan = self._new_plan(args, stream)
+            if len(plans) >= _PLANS_KEPT:
+                plans.pop(next(iter(plans))).close()
+            plans[key] = plan
+        need = plan.workspace_bytes
+        if need:
+            workspace = torch.empty(need, dtype=torch.uint8, device=device)
+            plan.run(workspace.data_ptr(), need)
+        else:
+            plan.run()
+
+    def _new_plan(self, args: tuple, stream: int):
+        """The launcher's plan of ``args`` (as _launch takes them) on ``stream``: in the caller's
+        workspace (a WorkspacePlan), or for a library without that, in its own (a Plan)."""
+        *problem, bias = args
+        if not self.launcher.takes_workspace:
+            return self.launcher.plan(*problem, stream, bias=bias)
+        return self.launcher.plan_workspace(*problem, stream, bias=bias)
+
+    @staticmethod
+    def _refuse_capture(message: str) -> None:
+        """Raise NotCapturable(``message``: what the call would do that a capture cannot hold, and
+        the fix) where torch's current stream is capturing a CUDA graph; call it before anything
+        touches the stream."""
+        if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+            raise NotCapturable(message)
+
+    def _plans(self) -> dict:
+        """This thread's launch plans (made on first use)."""
+        if not hasattr(self._local, "plans"):
+            self._local.plans = {}
+        return self._local.plans
+
+    mm = __call__
+
+    def choice(self, m: int, n: int, k: int) -> str | None:
+        """For a dispatcher (`emit --dispatch`), the kernel an M x N x K call goes to; None for a
+        single kernel."""
+        return self.launcher.choice(m, n, k)
+
+    def release(self) -> None:
+        """Free the workspace the launcher keeps per stream and device for its C callers and
+        libraries of earlier gemmgen (gemmgen.torch's calls take theirs from torch's allocator);
+        it waits for each such device's work first. Raises NotCapturable during a capture, which
+        that wait would break."""
+        self._refuse_capture("release() waits for the device's work, which would break the CUDA graph capture "
+                             "under way: call it outside the capture")
+        self.launcher.release()
+
+
+class BatchedGemmOp(GemmOp):
+    """A loaded batched launcher (variant batch=strided): ``op(a, b)`` is ``torch.bmm(a, b)``
+    through one launch of the gemmgen kernel, in its problem variant (layouts, C's type, bias,
+    activation) as GemmOp's; ``load`` returns one for a batched library."""
+
+    _batched_abi = True
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``out[i] = act(alpha * op(a[i]) @ op(b[i]) + beta * out[i] + bias[i])`` for every i of
+        the batch, in one launch; returns ``out``.
+
+        a: (batch, M, K), or (batch, K, M) for trans tn/tt; b: (batch, K, N), or (batch, N, K)
+        for nt/tt; tensors of ``self.dtype`` on one CUDA device whose matrices are contiguous
+        row-major, the batch stride any (``x.expand(batch, -1, -1)``: one matrix for all). out:
+        (batch, M, N) of ``self.out_dtype``, each matrix contiguous and the batch stride at least
+        M * N, sharing no memory with a, b or bias; None: a new contiguous one (then beta must
+        be 0). bias, for a variant that adds one: (batch, N) (bias=col; (batch, M) for row), a
+        vector per product, or (N,) / (M,), one for all. The rest (stream, alpha and beta, the
+        empty cases: batch, M or N == 0 returns out as it is, K == 0 as GemmOp) is GemmOp's.
+        The rules and their messages are gemmgen.torch.checks.check_batched_call's (TensorError,
+        before any work is queued); ShapeRefused, LaunchFailed, NotCapturable, CUDA graphs and
+        torch.compile (the same operators, with a (batch, M, N) C) as GemmOp."""
+        return super().__call__(a, b, out, alpha=alpha, beta=beta, bias=bias)
+
+    def _eager(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
+        batch, m, n, k, strides = check_batched_call(self.precision, *_operands(a, b, out), beta, self.variant,
+                                                     None if bias is None else _operand("bias", bias))
+        if out is None:
+            out = torch.empty((batch, m, n), dtype=self.out_dtype, device=a.device)
+        if batch == 0 or m == 0 or n == 0:
+            return out
+        if k == 0:
+            return self._no_product(out, beta, bias)
+        self._queue(a.device, (m, n, k, float(alpha), a.data_ptr(), b.data_ptr(), float(beta), out.data_ptr(),
+                               None if bias is None else bias.data_ptr(), batch, strides))
+        return out
+
+    def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
+        batch, m, n, _, _ = check_batched_call(self.precision, *_operands(a, b, out, fake=True), beta,
+                                               self.variant, None if bias is None else _operand("bias", bias, fake=True))
+        return a.new_empty((batch, m, n), dtype=self.out_dtype) if out is None else None
+
+    def _new_plan(self, args: tuple, stream: int):
+        *problem, bias, batch, strides = args
+        if not self.launcher.takes_workspace:
+            return self.launcher.plan(*problem, stream, bias=bias, batch=batch, strides=strides)
+        return self.launcher.plan_workspace(*problem, stream, bias=bias, batch=batch, strides=strides)
+
+    mm = bmm = __call__
+
+
+def load(path: str | Path, *, gpu: str | None = None, launcher: str = DEFAULT_LAUNCHER) -> GemmOp:
+    """A GemmOp for ``path``: a library built from an emitted file (any name but ``*.cu``), or an
+    emitted ``.cu`` file, which is built first with gemmgen.build.nvcc.build_library (nvcc, cached).
+
+    A .cu file is built for ``gpu`` (e.g. "sm_90") where given, else for the target its header
+    names (``gemmgen emit --gpu``), else for torch's current CUDA device; it is refused when that
+    device cannot run the result. ``launcher``: the name of the launcher's functions (a library
+    built with -DGEMMGEN_LAUNCHER=name; a .cu file is then built with that name).
+
+    Raises BuildFailed (nvcc's log), gemmgen.torch.checks.TargetMismatch,
+    gemmgen.errors.InvalidParameter (an unknown ``gpu`` or a malformed ``launcher``),
+    gemmgen.errors.ToolNotFound (no nvcc), gemmgen.measure.launcher.LaunchFailed where the library
+    cannot be loaded or is no gemmgen launcher, and OSError where ``path`` cannot be read.
+    """
+    if not re.fullmatch(r"[A-Za-z_]\w*", launcher):
+        raise InvalidParameter(f"launcher={launcher!r} is not a C name (letters, digits and _, not first a digit)")
+    path = Path(path)
+    library = path
+    if path.suffix == ".cu":
+        source = path.read_text()
+        device_cc = None
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            device_cc = major * 10 + minor
+        arch = build_target(source_target(source), gpu, device_cc)
+        flags = DEFAULT_FLAGS if launcher == DEFAULT_LAUNCHER else (*DEFAULT_FLAGS, f"-DGEMMGEN_LAUNCHER={launcher}")
+        result = build_library(source, arch, flags)
+        if not result.ok:
+            raise BuildFailed(f"nvcc could not build {path} for {arch.name}:\n{result.log}")
+        library = result.library
+    loaded = Launcher(library, launcher)
+    return (BatchedGemmOp if loaded.variant.batched else GemmOp)(loaded, library)
+
+
+def _reload(path: str, launcher: str) -> GemmOp:
+    """A pickled GemmOp, loaded again (GemmOp.__reduce__)."""
+    return load(path, launcher=launcher)
+
+
+# ---- the registered operators: what torch.compile traces, and dispatch modes see ----
+
+def _loaded(key: str) -> GemmOp:
+    """The GemmOp registered under ``key``; GemmgenError where this process has none."""
+    op = _LOADED.get(key)
+    if op is None:
+        path, _, launcher = key.rpartition(":")
+        raise GemmgenError(f"the gemmgen library {path!r} (launcher {launcher}) is not loaded in this process: call "
+                           f"gemmgen.torch.load({path!r}, launcher={launcher!r}) before running a graph that calls it")
+    return op
+
+
+# One operator pair for every library, the library named by its key (a string argument): torch.compile
+# treats it as a constant, so each call site traces to one node of a fixed schema, whatever was loaded
+# and when; an operator per library would register a new schema at every load, under a name made up
+# from the path. The fake implementations give C's shape, dtype and strides from the traced tensors.
+@torch.library.custom_op("gemmgen::gemm", mutates_args=())
+def _gemm(lib: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], alpha: float,
+          beta: float) -> torch.Tensor:
+    """C = act(alpha * op(a) @ op(b) + bias) through the library ``lib`` (GemmOp.key), in a new
+    tensor; beta must be 0 (there is no C to read)."""
+    return _loaded(lib)._eager(a, b, None, alpha, beta, bias)
+
+
+@_gemm.register_fake
+def _gemm_fake(lib, a, b, bias, alpha, beta):
+    return _loaded(lib)._fake(a, b, None, beta, bias)
+
+
+@torch.library.custom_op("gemmgen::gemm_out", mutates_args=("out",))
+def _gemm_out(lib: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: Optional[torch.Tensor],
+              alpha: float, beta: float) -> None:
+    """out = act(alpha * op(a) @ op(b) + beta * out + bias) through the library ``lib``, in place."""
+    _loaded(lib)._eager(a, b, out, alpha, beta, bias)
+
+
+@_gemm_out.register_fake
+def _gemm_out_fake(lib, a, b, out, bias, alpha, beta):
+    _loaded(lib)._fake(a, b, out, beta, bias)
+
+
+# ---- nn.Linear through a gemmgen launcher ----
+
+_LINEAR_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None:
+    """Why ``op`` cannot compute nn.Linear's forward for a layer of ``dtype`` with a bias
+    (``has_bias``) or without one, or None where it can: F.linear(x, weight, bias) is op(x, weight,
+    bias=bias) for a one-product launcher of trans nt (weight N x K as stored), no activation, A, B
+    and C of the layer's dtype (bf16 or fp16), and a bias per column where the layer has one."""
+    v, emit = op.variant, "gemmgen emit ... --trans nt --out"
+    if v.batched:
+        return f"{op.path.name} is batched (variant {v.text}); nn.Linear needs a launcher of one product per launch"
+    if dtype not in _LINEAR_DTYPES:
+        return f"the layer is {dtype}; gemmgen.torch.Linear takes torch.bfloat16 or torch.float16 layers"
+    if op.dtype != dtype or op.out_dtype != dtype:
+        return (f"the layer is {dtype}, and {op.path.name} takes {op.dtype} and writes {op.out_dtype} (variant {v.text}): "
+                f"F.linear reads and writes the layer's dtype ({emit} {op.precision} for {op.dtype} layers)")
+    if v.trans != "nt":
+        return (f"{op.path.name} takes B as trans={v.trans} stores it; nn.Linear keeps its weight N x K "
+                f"(trans=nt: {emit} {v.out})")
+    if v.act != "none":
+        return f"{op.path.name} applies {v.act} after the product; nn.Linear applies none (--act none)"
+    want = "col" if has_bias else "none"
+    if v.bias != want:
+        what = "has a bias, one per output feature (--bias col)" if has_bias else "has no bias (--bias none)"
+        return f"the layer {what}, and {op.path.name} adds {'none' if v.bias == 'none' else 'one per ' + v.bias}"
+    return None
+
+
+class Linear(torch.nn.Linear):
+    """nn.Linear whose forward is gemmgen's launcher ``op``: y = x @ weight.T + bias, bf16 or fp16,
+    computed by op(x, weight, bias=bias) with x seen as a (-1, in_features) matrix.
+
+    The parameters are nn.Linear's (``weight`` (out_features, in_features), ``bias``
+    (out_features,) or None), so state_dict and load_state_dict match nn.Linear's, both ways; ``op``
+    is no parameter or buffer. ``op`` must serve the layer (:func:`linear_refusal`): trans nt, no
+    activation, A, B and C of the layer's dtype, a column bias where the layer has a bias and none
+    where it has not; InvalidParameter (the reason) otherwise. x: any shape (..., in_features) of
+    the layer's dtype on a CUDA device; where its rows are not contiguous it is copied first (as
+    F.linear accepts it). Inference only: there is no backward (under torch.no_grad() or
+    torch.inference_mode(), or with parameters that do not require grad). torch.compile traces the
+    forward to the registered operator, and CUDA graphs capture it (GemmOp)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 op: GemmOp):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self._serve(op)
+
+    def _serve(self, op: GemmOp) -> None:
+        if not isinstance(op, GemmOp):
+            raise InvalidParameter(f"op must be a gemmgen.torch.GemmOp (gemmgen.torch.load(...)), not {type(op).__name__}")
+        why = linear_refusal(op, self.weight.dtype, self.bias is not None)
+        if why is not None:
+            raise InvalidParameter(f"{op.path.name} cannot compute this Linear: {why}")
+        self.op = op
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, op: GemmOp) -> "Linear":
+        """A Linear computing ``module`` (an nn.Linear) through ``op``, holding the same Parameter
+        objects (no copy: tied weights stay tied) and in the same training mode; ``module``'s hooks
+        are not carried over. InvalidParameter as the constructor."""
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = module.in_features, module.out_features
+        new.weight = module.weight
+        if module.bias is None:
+            new.register_parameter("bias", None)
+        else:
+            new.bias = module.bias
+        new._serve(op)
+        new.train(module.training)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise TensorError(f"x has shape {tuple(x.shape)}; this Linear takes (..., {self.in_features}): "
+                              f"{self.in_features} features in the last dimension")
+        rows = x.reshape(-1, self.in_features)
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        # alpha and beta given as literals: torch.compile(dynamic=True) would make the defaults graph inputs
+        return self.op(rows, self.weight, None, alpha=1.0, beta=0.0, bias=self.bias).view(*x.shape[:-1],
+                                                                                          self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, op={self.op!r}"
+
+
+@dataclass
+class PatchReport:
+    """What :func:`patch` did: ``swapped``, the names (as named_modules gives them) of the
+    nn.Linear modules it replaced by gemmgen.torch.Linear; ``left``, name -> why, of those it left.
+    ``str()`` lists both."""
+
+    swapped: list[str] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"swapped {len(self.swapped)} nn.Linear module(s) for gemmgen.torch.Linear"
+                 + (": " + ", ".join(self.swapped) if self.swapped else "")]
+        lines.append(f"left {len(self.left)}" + (":" if self.left else ""))
+        lines.extend(f"  {name or '(the model)'}: {why}" for name, why in self.left.items())
+        return "\n".join(lines)
+
+
+def patch(model: torch.nn.Module, dispatcher) -> PatchReport:
+    """Replace, in place, each nn.Linear module of ``model`` that ``dispatcher`` serves by a
+    gemmgen.torch.Linear through it (:meth:`Linear.from_linear`: the same parameters); return
+    the report of what was swapped and why the others were left.
+
+    ``dispatcher``: a GemmOp (gemmgen.torch.load of an `emit --dispatch` file, or of one kernel),
+    or a sequence of them, where each module takes the first that serves it (e.g. one without and
+    one with a column bias). A module is swapped where it is an nn.Linear itself (not a subclass,
+    whose forward may differ, nor already a gemmgen Linear), its weight is on a CUDA device, and a
+    GemmOp serves its dtype and bias (:func:`linear_refusal` says why not). A module reached under
+    several names is swapped once and appears under each. Raises InvalidParameter where
+    ``dispatcher`` holds no GemmOp or something else."""
+    ops = [dispatcher] if isinstance(dispatcher, GemmOp) else list(dispatcher) if isinstance(dispatcher, (list, tuple)) \
+        else None
+    if not ops or not all(isinstance(op, GemmOp) for op in ops):
+        raise InvalidParameter(f"dispatcher must be a gemmgen.torch.GemmOp (gemmgen.torch.load(...)) or a list of them, "
+                               f"not {dispatcher!r}")
+    report, made = PatchReport(), {}
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        new = made.get(id(module))
+        if new is None:
+            why = _unswappable(name, module, ops)
+            if isinstance(why, str):
+                report.left[name] = why
+                continue
+            new = made[id(module)] = why
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, new)
+        report.swapped.append(name)
+    return report
+
+
+def _unswappable(name: str, module: torch.nn.Linear, ops: list[GemmOp]) -> "str | Linear":
+    """patch's judgement of one nn.Linear: why it stays (a string), or its gemmgen Linear."""
+    if isinstance(module, Linear):
+        return "already a gemmgen.torch.Linear"
+    if type(module) is not torch.nn.Linear:
+        return f"a subclass of nn.Linear ({type(module).__name__}), whose forward may not be F.linear's"
+    if name == "":
+        return "the model itself is an nn.Linear, which patch cannot replace in place: use Linear.from_linear(model, op)"
+    if module.weight.device.type != "cuda":
+        return f"its weight is on {module.weight.device}; gemmgen kernels run on CUDA devices: move the model first"
+    whys = []
+    for op in ops:
+        why = linear_refusal(op, module.weight.dtype, module.bias is not None)
+        if why is None:
+            return Linear.from_linear(module, op)
+        whys.append(why)
+    return "; ".join(dict.fromkeys(whys))
