@@ -53,8 +53,6 @@ def harness_checks(precision: str, variant: Variant) -> dict:
     tolerance.py at K = 0 and 2^20 and checked at other K up to MAX_DIM (to 1e-9, relative);
     raises ValueError where the tolerance is no longer of that form (then this function and the
     template must change)."""
-    from gemmgen.measure import verify  # numpy: only where a harness is rendered
-
     def elem(k):
         return tolerance.elementwise_tolerance(precision, k, variant.out, variant.act)
 
@@ -70,7 +68,7 @@ def harness_checks(precision: str, variant: Variant) -> dict:
             raise ValueError(f"gemmgen/tolerance.py's tolerance for {precision} {variant.text} is not affine in K "
                              f"and sqrt(K) (at K = {k}): the harness cannot render it")
     return {"elem": (repr(e0), repr(e1)), "norm": (repr(n0), repr(n1)),
-            "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in verify.CHECKS]}
+            "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in tolerance.CHECKS]}
 
 
 def render_kernel(config: KernelConfig, harness: bool = False) -> str:

@@ -44,6 +44,11 @@ import math
 
 from gemmgen.describe.dtypes import PRECISIONS
 
+# (alpha, beta) of the two checks every judge of a kernel runs (gemmgen.measure on the GPU, the
+# emitted harness): the plain product into a NaN-poisoned C (catches unwritten elements and reads
+# of C when beta == 0), then scaling and accumulation into C.
+CHECKS = ((1.0, 0.0), (1.25, -0.75))
+
 # Per activation (gemmgen.describe.problem.ACTIVATIONS): the largest |act'(x)| (rounded up), and the
 # error of the kernels' fp32 evaluation relative to scale, as described above.
 LIPSCHITZ = {"none": 1.0, "relu": 1.0, "gelu": 1.13, "silu": 1.1}
