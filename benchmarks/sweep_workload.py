@@ -115,7 +115,7 @@ def main() -> None:
         return
 
     from gemmgen.measure.bench import Bench  # needs PyCUDA and a GPU
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
 
     tag = os.environ.get("TAG", "sweep19")
     with Gpu(0) as gpu:

@@ -130,7 +130,7 @@ def bench(request, tmp_path_factory):
     """A Bench on GPU 0 recording into a database of the module's own (short timings)."""
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
     from gemmgen.measure.bench import Bench
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
     from gemmgen.store.db import ResultsDB
 
     db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")

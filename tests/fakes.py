@@ -12,7 +12,7 @@ from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.config import make_config
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.measure.bench import Measured, cublas_name, timed_problem_id
-from gemmgen.measure.launcher import Timing
+from gemmgen.measure.timing import Timing
 from gemmgen.store.db import ResultsDB
 
 SM90 = parse_arch("sm_90")

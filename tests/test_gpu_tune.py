@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
     from gemmgen.measure.bench import Bench
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
     from gemmgen.store.db import ResultsDB
     from gemmgen.tune import Tuner
 
@@ -84,7 +84,7 @@ def test_the_workload_device_workers_tune_on_the_gpus_present(tmp_path):
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
     from gemmgen.describe.arch import detect_arch
     from gemmgen.describe.workload import load_workload
-    from gemmgen.measure.launcher import device_count
+    from gemmgen.measure.device import device_count
     from gemmgen.store.db import ResultsDB
     from gemmgen.tune.devices import TuneSpec
     from gemmgen.tune.node import tune_on_devices

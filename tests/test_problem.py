@@ -5,7 +5,7 @@ import pytest
 from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.problem import Shape, parse_shape
 from gemmgen.errors import InvalidParameter
-from gemmgen.measure.launcher import DeviceInfo
+from gemmgen.measure.device import DeviceInfo
 
 
 def test_a_thin_product_moves_mostly_b():

@@ -13,7 +13,7 @@ from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.points import NAMED_POINTS
 from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError, InvalidParameter
-from gemmgen.measure.launcher import GpuUnavailable
+from gemmgen.measure.device import GpuUnavailable
 from gemmgen.torch.checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
                                   is_row_major, out_dtype, row_major_strides, runs_on, source_target)
 

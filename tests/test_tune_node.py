@@ -19,7 +19,7 @@ import optuna
 import pytest
 from test_workload import STUDY, TINY, finished, trials_of, write
 
-import gemmgen.measure.launcher
+import gemmgen.measure.device
 import gemmgen.tune.loop
 import gemmgen.tune.node
 from gemmgen.cli.main import main
@@ -39,7 +39,7 @@ k = 256
 @pytest.fixture
 def two_gpus(monkeypatch):
     """Two fake GPUs; returns a function that picks the device class the workers use."""
-    monkeypatch.setattr(gemmgen.measure.launcher, "device_count", lambda: 2)
+    monkeypatch.setattr(gemmgen.measure.device, "device_count", lambda: 2)
     monkeypatch.setattr(gemmgen.tune.loop, "_compile", fakes.fake_compile)
     monkeypatch.setattr(gemmgen.tune.node, "Device", fakes.FakeDevice)
     return lambda cls: monkeypatch.setattr(gemmgen.tune.node, "Device", cls)

@@ -13,7 +13,7 @@ import optuna
 import pytest
 from fakes import SM90, FakeBench, fake_compile
 
-import gemmgen.measure.launcher
+import gemmgen.measure.device
 import gemmgen.tune.devices
 import gemmgen.tune.loop
 from gemmgen.cli.main import main
@@ -299,7 +299,7 @@ def fake_gpu(monkeypatch):
         return SimpleNamespace(info=SimpleNamespace(arch=SM90), close=lambda: None), bench
 
     monkeypatch.setattr(gemmgen.tune.devices, "_open_bench", open_bench)
-    monkeypatch.setattr(gemmgen.measure.launcher, "device_count", lambda: 1)
+    monkeypatch.setattr(gemmgen.measure.device, "device_count", lambda: 1)
     monkeypatch.setattr(gemmgen.tune.loop, "_compile", fake_compile)
     return Bench
 

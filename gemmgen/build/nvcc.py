@@ -1,5 +1,6 @@
-"""nvcc on the CPU: an emitted file -> a shared library (its launcher, which the runtime calls)
-and the kernel's cubin (for SASS), with the compiler's resource report and an on-disk cache.
+"""nvcc on the CPU: an emitted file -> a shared library (its launcher, which
+gemmgen.measure.launcher calls) and the kernel's cubin (for SASS), with the compiler's resource
+report and an on-disk cache.
 
 The cache key is the SHA-256 of the source, the target, the flags and the nvcc version, so a
 cached build is only reused for exactly the same compile. Entries are written atomically
@@ -25,9 +26,9 @@ from gemmgen.describe.config import KernelConfig
 from gemmgen.errors import InvalidParameter, ToolNotFound
 
 DEFAULT_FLAGS = ("-O3",)
-# How the runtime builds an emitted file: a shared library whose launcher keeps its messages to
-# itself (the runtime reads them through <launcher>_error), with the intermediate files kept for
-# the cubin.
+# How gemmgen builds an emitted file to call it: a shared library whose launcher keeps its
+# messages to itself (gemmgen.measure.launcher reads them through <launcher>_error), with the
+# intermediate files kept for the cubin.
 LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared", "-DGEMMGEN_QUIET")
 DEFAULT_TIMEOUT_S = 300
 
@@ -49,8 +50,9 @@ class ResourceUsage:
 
 @dataclass
 class BuildResult:
-    """One compile: ``library`` is the shared library with the launcher (runtime.LoadedKernel loads
-    it), ``cubin`` the device code alone (for nvdisasm); both None where ``ok`` is False."""
+    """One compile: ``library`` is the shared library with the launcher
+    (gemmgen.measure.launcher.LoadedKernel loads it), ``cubin`` the device code alone (for
+    nvdisasm); both None where ``ok`` is False."""
 
     ok: bool
     key: str

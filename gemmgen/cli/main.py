@@ -222,7 +222,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import time
 
     from gemmgen.describe.problem import parse_shape
-    from gemmgen.measure.launcher import device_count
+    from gemmgen.measure.device import device_count
     from gemmgen.store.db import resolve_url
     from gemmgen.tune.devices import TuneSpec, parse_devices, tune
     from gemmgen.tune.progress import Progress
@@ -311,7 +311,7 @@ def _fill_workload(args, workload, pairs, arch, variant, url: str, device: int) 
     from collections import defaultdict
 
     from gemmgen.measure.bench import Bench
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
     from gemmgen.store.db import ResultsDB
     from gemmgen.tune.fill import plan_fill, run_fill
     from gemmgen.tune.space import load_space
@@ -521,7 +521,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from gemmgen.describe.problem import parse_shape
     from gemmgen.measure.bench import Bench
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
     from gemmgen.selection.report import format_rows
     from gemmgen.selection.suite import SUITE_PRECISIONS, geometric_mean_ratios, suite_jobs
     from gemmgen.store.db import ResultsDB, resolve_url

@@ -18,10 +18,11 @@ from gemmgen.errors import GemmgenError
 from gemmgen.measure import verify
 from gemmgen.measure.cublas import WORKSPACE_BYTES, Cublas, baseline_api
 from gemmgen.measure.cublaslt import CublasLt
+from gemmgen.measure.device import Gpu, LaunchFailed
 from gemmgen.measure.gpucheck import GpuChecker, References
 from gemmgen.measure.l2flush import L2Flush
-from gemmgen.measure.launcher import (Gpu, LaunchFailed, LoadedKernel, ShapeRefused, Timing, packed_strides,
-                                      time_interleaved)
+from gemmgen.measure.launcher import LoadedKernel, ShapeRefused, packed_strides
+from gemmgen.measure.timing import Timing, time_interleaved
 from gemmgen.store.db import ResultsDB
 
 # Run a kernel on the current operands: run(alpha, beta) queues C = alpha * A @ B + beta * C.
@@ -254,7 +255,7 @@ class Bench:
         """The timed problem (TIMED_ALPHA, TIMED_BETA) on the checks' random inputs; C poisoned
         and L2 flushed before every run, outside the timed region. The ``launches`` (already
         verified) run in alternation: one Timing each. With ``give_up_ms``, a first launch whose
-        median after a few runs is above it stops there (runtime.time_interleaved)."""
+        median after a few runs is above it stops there (timing.time_interleaved)."""
         drv = self.gpu.drv
         c_size = ops.c_size
 

@@ -1,149 +1,25 @@
-"""The GPU: device facts, device memory, calling kernels, timing.
+"""Calling a kernel: the emitted launcher, built as a shared library
+(:func:`gemmgen.build.nvcc.build_library`), through ctypes (:class:`Launcher`; its ABI: the
+structures, the argument lists of single and batched launchers, the plan and workspace calls).
+The launcher holds every launch rule -- grid, workspace, packing, tensor maps, which shapes are
+refused -- so nothing here decides any of them.
 
-Kernels run through their emitted launcher: the file gemmgen emits, built as a shared library
-(:func:`gemmgen.build.nvcc.build_library`) and called through ctypes (:class:`Launcher`). The launcher
-holds every launch rule -- grid, workspace, packing, tensor maps, which shapes are refused -- so
-the runtime decides none of them. PyCUDA gives the context, device memory and timing events; the
-launcher's CUDA runtime works in the same (primary) context.
-
-Importing this module needs no GPU, nor does :class:`Launcher` (its ``describe`` is host
-arithmetic); constructing :class:`Gpu` does, and raises GpuUnavailable (one line naming the fix)
-where PyCUDA or a GPU is missing.
+Loading a library and asking :meth:`Launcher.describe` (host arithmetic) need no GPU; launching
+needs the CUDA context current (a gemmgen.measure.device.Gpu open on this thread).
 """
 
 import ctypes
 import os
-import shutil
-import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from gemmgen.describe.arch import Arch, parse_arch
 from gemmgen.describe.config import KernelConfig
 from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError
-
-
-class GpuUnavailable(GemmgenError):
-    """No GPU can be used here: PyCUDA missing, no driver, or no device."""
+from gemmgen.measure.device import Gpu, LaunchFailed
 
 
 class ShapeRefused(GemmgenError):
     """The kernel cannot take this M, N, K (the message names the constraint)."""
-
-
-class LaunchFailed(GemmgenError):
-    """A launch or the work it queued failed in the driver (the message is the driver's)."""
-
-
-def _driver():
-    try:
-        import pycuda.driver as drv
-    except ImportError as err:
-        raise GpuUnavailable(f"PyCUDA is not importable ({err}); on a machine with an NVIDIA driver run "
-                             "`pip install 'gemmgen[cuda]'`") from None
-    return drv
-
-
-def device_count() -> int:
-    """How many CUDA devices this process sees; raises GpuUnavailable where it cannot ask."""
-    drv = _driver()
-    try:
-        drv.init()
-        return drv.Device.count()
-    except drv.Error as err:
-        raise GpuUnavailable(f"no usable NVIDIA GPU: {err}") from None
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    name: str
-    arch: Arch
-    sm_count: int
-    clock_mhz: int
-    memory_clock_mhz: int
-    driver_version: str
-    cuda_version: str
-    l2_bytes: int
-    memory_bus_bits: int = 0
-
-    @property
-    def peak_bandwidth(self) -> float | None:
-        """The memory's peak bandwidth in bytes/s from its clock and bus width (double data
-        rate: H100 SXM, 2619 MHz x 5120 bits, 3.35e12), or None where the driver reports neither."""
-        if not (self.memory_clock_mhz and self.memory_bus_bits):
-            return None
-        return 2 * self.memory_clock_mhz * 1e6 * self.memory_bus_bits / 8
-
-
-def _nvidia_smi_driver_version() -> str | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True,
-                         check=False, timeout=20).stdout.split()
-    return out[0] if out else None
-
-
-class Gpu:
-    """Device ``index``'s primary context, current on this thread while the object is open.
-
-    The primary context is the one the CUDA runtime (and so cuBLAS) uses: kernels loaded here
-    and cuBLAS calls share memory, stream and timing events.
-    """
-
-    def __init__(self, index: int = 0):
-        drv = self.drv = _driver()
-        try:
-            drv.init()
-            if drv.Device.count() <= index:
-                raise GpuUnavailable(f"no CUDA device {index}: {drv.Device.count()} device(s) present")
-            self.device = drv.Device(index)
-            self.context = self.device.retain_primary_context()
-            self.context.push()
-        except drv.Error as err:
-            raise GpuUnavailable(f"no usable NVIDIA GPU: {err}") from None
-        attr = drv.device_attribute
-        major, minor = self.device.compute_capability()
-        version = drv.get_driver_version()
-        self.info = DeviceInfo(
-            name=self.device.name(),
-            arch=parse_arch(f"{major}{minor}"),
-            sm_count=self.device.get_attribute(attr.MULTIPROCESSOR_COUNT),
-            clock_mhz=self.device.get_attribute(attr.CLOCK_RATE) // 1000,
-            memory_clock_mhz=self.device.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000,
-            driver_version=_nvidia_smi_driver_version() or f"driver API {version}",
-            cuda_version=f"{version // 1000}.{version % 1000 // 10}",
-            l2_bytes=self.device.get_attribute(attr.L2_CACHE_SIZE),
-            memory_bus_bits=self.device.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH),
-        )
-
-    def close(self) -> None:
-        if getattr(self, "context", None) is not None:
-            self.context.pop()
-            self.context = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def synchronize(self) -> None:
-        """Wait for all queued work; raises LaunchFailed with the driver's message on a fault."""
-        try:
-            self.drv.Context.synchronize()
-        except self.drv.Error as err:
-            raise LaunchFailed(str(err)) from None
-
-    def healthy(self) -> bool:
-        """False once a fault (e.g. an illegal address) has made the context unusable."""
-        try:
-            self.drv.Context.synchronize()
-            return True
-        except self.drv.Error:
-            return False
 
 
 class LaunchInfo(ctypes.Structure):
@@ -439,7 +315,7 @@ class WorkspacePlan(Plan):
 class LoadedKernel(Launcher):
     """A point's emitted launcher, built as a library (BuildResult.library) and loaded."""
 
-    def __init__(self, gpu: "Gpu", config: KernelConfig, library: str | Path):
+    def __init__(self, gpu: Gpu, config: KernelConfig, library: str | Path):
         super().__init__(library)
         self.gpu, self.config = gpu, config
 
@@ -447,57 +323,3 @@ class LoadedKernel(Launcher):
         """Free the launcher's workspace; the library stays loaded (its CUDA runtime with it)."""
         if self.gpu.healthy():
             self.release()
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    runs: int
-
-
-def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: Callable[[], None], *,
-                     warmup: int = 3, min_runs: int = 10, max_runs: int = 500,
-                     min_total_ms: float = 300.0, give_up_ms: float | None = None,
-                     probe_runs: int = 5) -> list[Timing]:
-    """Time launches in alternation with a CUDA event pair around each run, after ``warmup``
-    untimed rounds: one Timing per launch.
-
-    ``before`` runs before every run, outside the events (gemmgen uses it to poison C and flush
-    L2). Each round runs every launch once (``before`` ahead of each), in turn forward and backward,
-    so that the clock and temperature drift of a long measurement falls on all of them alike and
-    none always follows the same neighbour: the way to compare two kernels (a point and cuBLAS).
-    Rounds continue until each launch has ``min_runs`` runs and the first has ``min_total_ms`` of
-    kernel time, or ``max_runs``. With ``give_up_ms``, they stop after ``probe_runs`` rounds where
-    the first launch's median is above it (a tuner's candidate clearly slower than its best so
-    far): its Timing then has those runs only. Raises LaunchFailed if any run faults.
-    """
-    drv = gpu.drv
-    for _ in range(warmup):
-        for launch in launches:
-            before()
-            launch()
-    gpu.synchronize()
-    start, stop = drv.Event(), drv.Event()
-    times: list[list[float]] = [[] for _ in launches]
-    order = list(range(len(launches)))
-    while len(times[0]) < max_runs and (len(times[0]) < min_runs or sum(times[0]) < min_total_ms):
-        if give_up_ms is not None and len(times[0]) == probe_runs and sorted(times[0])[probe_runs // 2] > give_up_ms:
-            break
-        for i in order:
-            before()
-            start.record()
-            launches[i]()
-            stop.record()
-            try:
-                stop.synchronize()
-            except drv.Error as err:
-                raise LaunchFailed(str(err)) from None
-            times[i].append(stop.time_since(start))
-        order.reverse()
-    result = []
-    for ts in times:
-        ts.sort()
-        result.append(Timing(ts[len(ts) // 2], ts[0], ts[-1], len(ts)))
-    return result

@@ -22,7 +22,7 @@ from gemmgen.describe.arch import Arch, parse_arch
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError
-from gemmgen.measure.launcher import GpuUnavailable
+from gemmgen.measure.device import GpuUnavailable
 
 INT_MAX = 2**31 - 1  # the launcher takes M, N and K as C int
 

@@ -187,7 +187,7 @@ class GemmOp:
         any work is queued, gemmgen.measure.launcher.ShapeRefused where the kernel cannot take M, N, K
         (the launcher's reason), NotCapturable where the library (one of an earlier gemmgen,
         without the caller's workspace) cannot launch during a capture, and
-        gemmgen.measure.launcher.LaunchFailed for any other CUDA error.
+        gemmgen.measure.device.LaunchFailed for any other CUDA error.
         """
         if torch.compiler.is_compiling() or _dispatch_modes():
             return self._through_op(a, b, out, alpha, beta, bias)
@@ -424,7 +424,7 @@ def load(path: str | Path, *, gpu: str | None = None, launcher: str = DEFAULT_LA
 
     Raises BuildFailed (nvcc's log), gemmgen.torch.checks.TargetMismatch,
     gemmgen.errors.InvalidParameter (an unknown ``gpu`` or a malformed ``launcher``),
-    gemmgen.errors.ToolNotFound (no nvcc), gemmgen.measure.launcher.LaunchFailed where the library
+    gemmgen.errors.ToolNotFound (no nvcc), gemmgen.measure.device.LaunchFailed where the library
     cannot be loaded or is no gemmgen launcher, and OSError where ``path`` cannot be read.
     """
     if not re.fullmatch(r"[A-Za-z_]\w*", launcher):

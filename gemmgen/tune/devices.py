@@ -68,7 +68,7 @@ def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: 
 def open_gpu(spec: TuneSpec, index: int):
     """The Gpu of device ``index``; raises GemmgenError where --gpu is not that GPU."""
     from gemmgen.describe.arch import parse_arch
-    from gemmgen.measure.launcher import Gpu
+    from gemmgen.measure.device import Gpu
 
     gpu = Gpu(index)
     if spec.arch and parse_arch(spec.arch).cc != gpu.info.arch.cc:
