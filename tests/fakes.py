@@ -11,7 +11,7 @@ from gemmgen.codegen.render import render_kernel, source_hash
 from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.config import make_config
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.measure.bench import Measured, cublas_name, timed_problem_id
+from gemmgen.measure.outcome import Measured, cublas_name, timed_problem_id
 from gemmgen.measure.timing import Timing
 from gemmgen.store.db import ResultsDB
 

@@ -44,7 +44,7 @@ from gemmgen.describe.families import get_family
 from gemmgen.describe.points import NAMED_POINTS
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.measure.bench import CUT_PREFIX, Measured, timed_problem_id
+from gemmgen.measure.outcome import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.measure.timing import Timing
 from gemmgen.selection.report import geometric_mean
 from gemmgen.store.studies import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, open_storage, open_study

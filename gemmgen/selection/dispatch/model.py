@@ -40,7 +40,7 @@ from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.points import point_spec
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.measure.bench import CUT_PREFIX
+from gemmgen.measure.outcome import CUT_PREFIX
 from gemmgen.selection.best import paired_baselines
 
 TENSOR_TFLOPS = {"fp16": 989.0, "bf16": 989.0, "tf32": 495.0, "fp32": 67.0}  # dense peak of the H100 SXM
