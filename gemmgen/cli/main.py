@@ -19,7 +19,7 @@ from gemmgen.describe.families import FAMILIES
 from gemmgen.describe.points import NAMED_POINTS, point_spec
 from gemmgen.describe.problem import (ACTIVATIONS, BATCHES, BIASES, LAYOUTS, OUTPUTS, VARIANT_KEYS, Variant, option_of,
                                       split_variant)
-from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
+from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.plot.command import add_parser as add_plot_parser
 
 
@@ -308,33 +308,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _fill_workload(args, workload, pairs, arch, variant, url: str, device: int) -> None:
     """`tune --workload FILE --fill`: gemmgen.tune.fill for each (precision, family) of ``pairs``."""
     import os
-    from collections import defaultdict
 
-    from gemmgen.measure.bench import Bench
-    from gemmgen.measure.device import Gpu
-    from gemmgen.store.db import ResultsDB
-    from gemmgen.tune.fill import plan_fill, run_fill
-    from gemmgen.tune.space import load_space
+    from gemmgen.tune.fill import fill_workload
 
-    layers = defaultdict(list)
-    for shape in workload.shapes:
-        layers[shape.n, shape.k].append(shape.m)
     log = lambda line: print(f"gemmgen tune: {line}", file=sys.stderr)  # noqa: E731
-    with Gpu(device) as gpu:
-        db = ResultsDB(url)
-        bench = Bench(gpu, db, tag="fill", seed=args.seed, min_total_ms=60.0, interleave=True)
-        try:
-            for precision, family in pairs:
-                plan = plan_fill(db, load_space(family), precision, arch, variant, dict(layers),
-                                 points=args.fill_points, seed=args.seed or 0)
-                log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
-                    f"{sum(len(p.configs) for p in plan)} measurements")
-                found = run_fill(plan, bench, jobs=args.jobs or os.cpu_count() or 1, limit_s=args.timeout, log=log)
-                ratios = [r for _, _, r in found if r]
-                print(f"fill {precision}: {len(found)} measured, {len(ratios)} verified and timed"
-                      + (f", best ratio to cuBLAS {max(ratios):.3f}" if ratios else ""))
-        finally:
-            bench.close()
+    for precision, found in fill_workload(workload, pairs, arch, variant, url, device, seed=args.seed,
+                                          points=args.fill_points, jobs=args.jobs or os.cpu_count() or 1,
+                                          limit_s=args.timeout, log=log):
+        ratios = [r for _, _, r in found if r]
+        print(f"fill {precision}: {len(found)} measured, {len(ratios)} verified and timed"
+              + (f", best ratio to cuBLAS {max(ratios):.3f}" if ratios else ""))
 
 
 def print_tune_report(report, family: str, precision: str, shapes: list, jobs: int, arch: str | None,
@@ -522,8 +505,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from gemmgen.describe.problem import parse_shape
     from gemmgen.measure.bench import Bench
     from gemmgen.measure.device import Gpu
+    from gemmgen.measure.plan import point_plan, run_plan
     from gemmgen.selection.report import format_rows
-    from gemmgen.selection.suite import SUITE_PRECISIONS, geometric_mean_ratios, suite_jobs
+    from gemmgen.selection.suite import SUITE_PRECISIONS, geometric_mean_ratios, suite_plan
     from gemmgen.store.db import ResultsDB, resolve_url
 
     if bool(args.points) == bool(args.suite):
@@ -532,7 +516,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise InvalidParameter("--precision goes with --suite: a named point has its own precision, and cuBLAS is "
                                "measured in the named points' (in all four where it is named alone)")
     if args.shape and args.suite:
-        raise InvalidParameter("--shape goes with named points: the suite measures its own shapes (gemmgen.selection.suite)")
+        raise InvalidParameter("--shape goes with named points: the suite measures its own shapes "
+                               "(gemmgen.selection.suite)")
     shapes = [parse_shape(s) for s in (args.shape or ["4096"])]
     labels = [p.strip() for p in args.points]
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
@@ -543,51 +528,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
     batch_count = measured_batch_count(args, split_variant(given)[1].batched or any(
         split_variant(params)[1].batched for _, _, params in specs.values()))
-    wanted = split_variant(given)[1]  # cuBLAS's variant where no point is named (`gemmgen bench cublas --trans nt`)
     url = resolve_url(args.db)
     with Gpu(args.device) as gpu:
         db = ResultsDB(url)
         arch = gpu.info.arch
         if args.suite:
-            jobs = [(shape, prec, label, config, Variant()) for shape, prec, label, config in
-                    suite_jobs(db, arch, args.precision or SUITE_PRECISIONS)]
-            pairs = list(dict.fromkeys((shape, prec, Variant()) for shape, prec, _, _, _ in jobs))
-        else:
-            precisions = list(dict.fromkeys(spec[1] for spec in specs.values())) or list(SUITE_PRECISIONS)
-            configs = {}
-            for label, (family, precision, params) in specs.items():
-                try:
-                    configs[label] = make_config(family, params, precision, arch)
-                except InvalidPoint as err:
-                    print(f"gemmgen: {label} cannot run on {arch.name}, skipped: {err}", file=sys.stderr)
-            jobs = [(shape, prec, label, config, config.variant) for shape in shapes for prec in precisions
-                    for label, config in configs.items() if config.precision == prec]
-            variants = list(dict.fromkeys(config.variant for config in configs.values())) or [wanted]
-            pairs = [(shape, prec, var) for shape in shapes for prec in precisions for var in variants]
-        # cuBLAS first for every (shape, precision, variant), its own row; each point is then timed
-        # in alternation with cuBLAS again, and its ratio is to that.
-        plan = []
-        for pair in pairs:
-            plan.append((*pair[:2], "cublas", None, pair[2]))
-            plan += [j for j in jobs if (j[0], j[1], j[4]) == pair]
+            plan = suite_plan(db, arch, args.precision or SUITE_PRECISIONS)
+        else:  # cuBLAS's variant where no point is named: `gemmgen bench cublas --trans nt`
+            plan, skipped = point_plan(specs, shapes, arch, split_variant(given)[1])
+            for label, err in skipped.items():
+                print(f"gemmgen: {label} cannot run on {arch.name}, skipped: {err}", file=sys.stderr)
         bench = Bench(gpu, db, tag="suite" if args.suite else "bench", seed=args.seed, interleave=True,
                       batch_count=batch_count)
-        rows, baseline = [], {}
+        rows = []
         peak = gpu.info.peak_bandwidth  # bytes/s, for "% HBM"
         print(f"gemmgen bench on {gpu.info.name} ({arch.name}); results in {url}", file=sys.stderr)
+
+        def starting(i, job):
+            print(f"[{i}/{len(plan)}] {job.shape} {job.precision}{job.variant.suffix} {job.label} ...",
+                  file=sys.stderr, flush=True)
+
         try:
-            for i, (shape, prec, label, config, variant) in enumerate(plan, 1):
-                print(f"[{i}/{len(plan)}] {shape} {prec}{variant.suffix} {label} ...", file=sys.stderr, flush=True)
-                if config is None:
-                    m = bench.measure_cublas(prec, shape, variant)
-                    baseline[(shape, prec, variant)] = m.tflops
-                else:
-                    m = bench.measure_point(label, config, shape)
-                base = baseline.get((shape, prec, variant))
-                # a point's ratio is to cuBLAS timed in alternation with it (Bench(interleave=True))
-                ratio = m.baseline_ratio or (m.tflops / base if m.tflops and base else None)
+            for job, m, ratio in run_plan(bench, plan, starting):
                 rows.append({
-                    "point": label, "kernel": m.kernel, "precision": prec, "shape": str(shape),
+                    "point": job.label, "kernel": m.kernel, "precision": job.precision, "shape": str(job.shape),
                     **({"batch": m.batch} if batch_count > 1 else {}),  # TFLOP/s and GB/s: of every product
                     "ms": m.timing.median_ms if m.timing else None, "TFLOP/s": m.tflops,
                     "GB/s": m.bandwidth / 1e9 if m.bandwidth else None,

@@ -8,8 +8,9 @@ is judged by the geometric mean of the ratios to cuBLAS."""
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.points import NAMED_POINTS, point_spec
-from gemmgen.describe.problem import Shape, parse_shape
+from gemmgen.describe.problem import Shape, Variant, parse_shape
 from gemmgen.errors import InvalidPoint
+from gemmgen.measure.plan import Job, bench_plan
 from gemmgen.selection.best import best, shape_distance
 from gemmgen.selection.report import geometric_mean
 
@@ -65,6 +66,14 @@ def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES)
     jobs.sort(key=lambda job: (SUITE_SHAPES.index(job[0]) if job[0] in SUITE_SHAPES else len(SUITE_SHAPES),
                                SUITE_PRECISIONS.index(job[1])))
     return jobs
+
+
+def suite_plan(db, arch: Arch, precisions=SUITE_PRECISIONS) -> list[Job]:
+    """The plan `gemmgen bench --suite` measures (gemmgen.measure.plan): every entry of
+    :func:`suite_jobs`, in the default variant, each (shape, precision) led by cuBLAS's row."""
+    jobs = [Job(shape, precision, label, config, Variant())
+            for shape, precision, label, config in suite_jobs(db, arch, precisions)]
+    return bench_plan(jobs, list(dict.fromkeys(job.triple for job in jobs)))
 
 
 def geometric_mean_ratios(rows: list[dict]) -> dict[str, float | None]:

@@ -20,7 +20,8 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
 import math
 import random
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from gemmgen.describe.families.base import cdiv
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
-from gemmgen.tune.space import SearchSpace
+from gemmgen.tune.space import SearchSpace, load_space
 
 MIN_BM = 8
 
@@ -166,3 +167,31 @@ def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
             ratio = f"{result.baseline_ratio:.3f} of cuBLAS" if result.baseline_ratio else result.status
             log(f"fill: {point.shape} {config.name}: {ratio}")
     return out
+
+
+def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: Variant, url: str, device: int, *,
+                  seed: int | None, points: int, jobs: int, limit_s: float | None,
+                  log: Callable[[str], None]) -> Iterator[tuple[str, list[tuple[Shape, str, float | None]]]]:
+    """The fill of a tuned workload (gemmgen.describe.workload.Workload) on GPU ``device``: for
+    each (precision, family) of ``pairs`` in turn, :func:`plan_fill` over the workload's layers
+    (N x K, each with its listed token counts) and :func:`run_fill`, every outcome recorded in
+    the results database ``url`` (tag ``fill``). Yields each precision and what run_fill found."""
+    from gemmgen.measure.bench import Bench
+    from gemmgen.measure.device import Gpu
+    from gemmgen.store.db import ResultsDB
+
+    layers = defaultdict(list)
+    for shape in workload.shapes:
+        layers[shape.n, shape.k].append(shape.m)
+    with Gpu(device) as gpu:
+        db = ResultsDB(url)
+        bench = Bench(gpu, db, tag="fill", seed=seed, min_total_ms=60.0, interleave=True)
+        try:
+            for precision, family in pairs:
+                plan = plan_fill(db, load_space(family), precision, arch, variant, dict(layers), points=points,
+                                 seed=seed or 0)
+                log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
+                    f"{sum(len(p.configs) for p in plan)} measurements")
+                yield precision, run_fill(plan, bench, jobs=jobs, limit_s=limit_s, log=log)
+        finally:
+            bench.close()
