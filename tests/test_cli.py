@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import gemmgen
+import gemmgen.cli.args
 import gemmgen.cli.main
 from gemmgen.build.nvcc import find_tool
 from gemmgen.cli.main import main
@@ -217,7 +218,7 @@ def test_the_regenerate_line_reproduces_the_source(capsys):
 
 
 def test_without_gpu_flag_the_detected_gpu_is_the_target(capsys, monkeypatch):
-    monkeypatch.setattr(gemmgen.cli.main, "detect_arch", lambda: parse_arch("sm_89"))
+    monkeypatch.setattr(gemmgen.cli.args, "detect_arch", lambda: parse_arch("sm_89"))
     assert main(["emit", "v1"]) == 0
     captured = capsys.readouterr()
     assert "target     : sm_89" in captured.out
@@ -225,7 +226,7 @@ def test_without_gpu_flag_the_detected_gpu_is_the_target(capsys, monkeypatch):
 
 
 def test_without_gpu_flag_or_gpu_sm90_is_the_target(capsys, monkeypatch):
-    monkeypatch.setattr(gemmgen.cli.main, "detect_arch", lambda: None)
+    monkeypatch.setattr(gemmgen.cli.args, "detect_arch", lambda: None)
     assert main(["emit", "v1"]) == 0
     captured = capsys.readouterr()
     assert "target     : sm_90" in captured.out
