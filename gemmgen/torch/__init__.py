@@ -3,7 +3,7 @@
 launcher on torch's current stream, registered as the operators ``torch.ops.gemmgen.gemm`` and
 ``gemm_out`` (torch.compile, CUDA graphs); ``Linear`` and ``patch`` put launchers under a model's
 nn.Linear layers. ``checks`` holds the rules for tensors and targets on plain values and imports no
-torch; the public names below are loaded from ``op`` on first use, so that importing
+torch; the public names below are loaded from ``op`` and ``modules`` on first use, so that importing
 gemmgen.torch.checks needs no PyTorch (and the operators are registered by then: every call
 goes through ``load`` or a GemmOp first).
 """
@@ -11,8 +11,8 @@ goes through ``load`` or a GemmOp first).
 import importlib
 
 # Each public name and the module of this package that defines it.
-_HOMES = {**dict.fromkeys(("BatchedGemmOp", "BuildFailed", "GemmOp", "Linear", "NotCapturable", "PatchReport",
-                           "linear_refusal", "load", "patch"), "op"),
+_HOMES = {**dict.fromkeys(("BatchedGemmOp", "BuildFailed", "GemmOp", "NotCapturable", "load"), "op"),
+          **dict.fromkeys(("Linear", "PatchReport", "linear_refusal", "patch"), "modules"),
           "TensorError": "checks"}
 
 __all__ = sorted(_HOMES)
