@@ -199,7 +199,7 @@ def test_processes_opening_one_old_database_at_once_migrate_it_once(postgres):
     with ResultsDB(url) as db:
         _store(db)
     back_to_schema_2(url)
-    code = "import sys; from gemmgen.db import ResultsDB; db = ResultsDB(sys.argv[1]); print(db.version); db.close()"
+    code = "import sys; from gemmgen.store.db import ResultsDB; db = ResultsDB(sys.argv[1]); print(db.version); db.close()"
     procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(6)]
     for proc in procs:
