@@ -8,7 +8,7 @@ The set: every named point on sm_90 (hopper on sm_90a) in its plain variant, the
 points in five other variants (layouts, C's type, bias, activation, strided batch), and hopper
 points covering each of its options (swap, thin tiles, stream-K, clusters, ping-pong, overlap,
 tf32). Each entry is rendered and compiled to a cubin alone (nvcc -cubin, the flags
-gemmgen.build uses for the kernel); the fingerprint is the cubin's sha256 and the emitted
+gemmgen.build.nvcc uses for the kernel); the fingerprint is the cubin's sha256 and the emitted
 file's line count. Needs nvcc, no GPU. Exit 1 when --against finds a difference.
 """
 
@@ -22,11 +22,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gemmgen.build import DEFAULT_FLAGS, find_tool
-from gemmgen.config import make_config
+from gemmgen.build.nvcc import DEFAULT_FLAGS, find_tool
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS
 from gemmgen.errors import InvalidPoint
-from gemmgen.points import NAMED_POINTS
-from gemmgen.render import render_kernel
 
 VARIANTS = (
     {"trans": "nt", "out": "bf16"},

@@ -4,7 +4,7 @@ epilogue as torch calls it (torch._addmm_activation(b, x, W^T, use_gelu=True)), 
 F.gelu(F.linear(x, W, b), approximate="tanh"), in the same process on the same tensors.
 (gemmgen bench measures the same kernels against cuBLASLt through its own ctypes plan.)
 Same method as bench: alternating, median after warm-up, random data, L2 flushed and C poisoned
-before every timed call. Every result is checked against float64 first (gemmgen.verify).
+before every timed call. Every result is checked against float64 first (gemmgen.measure.verify).
 usage: python benchmarks/linear_gelu.py OUT.json [MxNxK ...] (needs a GPU, torch and nvcc)"""
 import json
 import sys
@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from alternate import Alternate
 
-from gemmgen import verify
-from gemmgen.build import build_kernel
-from gemmgen.config import make_config
-from gemmgen.problem import Shape, parse_shape
-from gemmgen.runtime import Launcher
+from gemmgen.build.nvcc import build_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape, parse_shape
+from gemmgen.measure import verify
+from gemmgen.measure.launcher import Launcher
 
 EPILOGUE = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu"}
 CANDIDATES = [  # linear_nt.py's best at these sizes, and neighbours

@@ -2,7 +2,7 @@
 kernels, against cuBLAS through torch.nn.functional.linear(x, W) in the same process on the same
 tensors. Same method as bench: alternating, median after warm-up, random data, L2 flushed (a read
 of 2x L2) and C poisoned before every timed call, one call between two events. Each kernel's
-result is checked against float64 first (gemmgen.verify, with the bf16 store's rounding).
+result is checked against float64 first (gemmgen.measure.verify, with the bf16 store's rounding).
 usage: python benchmarks/linear_nt.py OUT.json [MxNxK ...] (needs a GPU, torch and nvcc)"""
 import json
 import sys
@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from alternate import Alternate
 
-from gemmgen import verify
-from gemmgen.build import build_kernel
-from gemmgen.config import make_config
-from gemmgen.problem import Shape, parse_shape
-from gemmgen.runtime import Launcher
+from gemmgen.build.nvcc import build_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape, parse_shape
+from gemmgen.measure import verify
+from gemmgen.measure.launcher import Launcher
 
 CANDIDATES = [  # the NN winners of the suite and the workload tunes at these sizes, and neighbours, as nt/bf16
     {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "overlap": 1},

@@ -2,9 +2,10 @@
 before each run), read the bytes of 16x4096x4096 fp16 (A, B; and C written once)? A grid-stride
 read of the same bytes (templates/flush.cu's sweep) at several grid sizes, and an empty launch."""
 import sys
-from gemmgen.l2flush import L2Flush
-from gemmgen.runtime import Gpu, time_interleaved
-from gemmgen.problem import Shape
+from gemmgen.describe.problem import Shape
+from gemmgen.measure.device import Gpu
+from gemmgen.measure.l2flush import L2Flush
+from gemmgen.measure.timing import time_interleaved
 from pycuda.compiler import SourceModule
 
 gpu = Gpu(0)

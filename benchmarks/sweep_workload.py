@@ -2,7 +2,7 @@
 best is under --weak of cuBLAS (or, with --from-run, where benchmarks/torch_dispatch.py's gpu
 ratio was), the tiles of 48, 96 and 192 rows (swap=1; cuBLAS's mid-size tile shapes) and the two
 best stored kernels of each neighbouring shape (same N and K, M within 4x). Each point is built,
-verified against float64 and timed in alternation with cuBLAS (gemmgen.measure.Bench, interleave),
+verified against float64 and timed in alternation with cuBLAS (gemmgen.measure.bench.Bench, interleave),
 and recorded in DB (a SQLite file of its own: results/h100.db is only read, from a copy, since
 opening a file to record migrates it). Prints per shape the shipped score and the best measured.
 This made the sweep19 and sweep19b rows of results/h100.db (results/README.md).
@@ -18,14 +18,14 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from gemmgen.arch import parse_arch
-from gemmgen.best import ranked
-from gemmgen.build import build_kernel
-from gemmgen.config import make_config
-from gemmgen.db import ResultsDB, resolve_url
+from gemmgen.build.nvcc import build_kernel
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.workload import load_workload
 from gemmgen.errors import GemmgenError
-from gemmgen.points import resolve_point
-from gemmgen.workload import load_workload
+from gemmgen.selection.best import ranked
+from gemmgen.store.db import ResultsDB, resolve_url
 
 ARCH = parse_arch("sm_90")
 # (smallest M, largest M, smallest K, the point): swap=1 tiles of the new BM values (48, 96, 192),
@@ -114,8 +114,8 @@ def main() -> None:
     if args.build_only:
         return
 
-    from gemmgen.measure import Bench  # needs PyCUDA and a GPU
-    from gemmgen.runtime import Gpu
+    from gemmgen.measure.bench import Bench  # needs PyCUDA and a GPU
+    from gemmgen.measure.device import Gpu
 
     tag = os.environ.get("TAG", "sweep19")
     with Gpu(0) as gpu:

@@ -18,9 +18,10 @@ import sys
 import torch
 from alternate import Alternate
 
-from gemmgen import tolerance, verify
+from gemmgen.describe import tolerance
+from gemmgen.describe.workload import load_workload
+from gemmgen.measure import verify
 from gemmgen.torch import load
-from gemmgen.workload import load_workload
 
 
 def draw(layers, count, lo, hi, seed, listed):
@@ -40,7 +41,7 @@ def draw(layers, count, lo, hi, seed, listed):
 
 
 def gpu_stats(c, ref, scale, precision, k, out):
-    """gemmgen.verify.host_stats on the GPU (torch, float64): the same sums, counts and bound."""
+    """gemmgen.measure.verify.host_stats on the GPU (torch, float64): the same sums, counts and bound."""
     c = c.double()
     finite = torch.isfinite(c)
     err = (torch.where(finite, c, torch.zeros_like(c)) - ref).abs()

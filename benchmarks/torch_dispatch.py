@@ -17,20 +17,20 @@ import numpy as np
 import torch
 from alternate import Alternate
 
-from gemmgen.arch import parse_arch
-from gemmgen.best import best, shape_distance
-from gemmgen.db import ResultsDB
-from gemmgen.problem import Shape
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.problem import Shape
+from gemmgen.describe.workload import load_workload
+from gemmgen.measure import verify
+from gemmgen.selection.best import best, shape_distance
+from gemmgen.store.db import ResultsDB
 from gemmgen.torch import load
-from gemmgen import verify
-from gemmgen.workload import load_workload
 
 precision, cu, db_path, out_path = sys.argv[1:5]
 wl = load_workload("workloads/llama3-8b.toml")
 dev = torch.device("cuda:0")
 op = load(cu)
 dtype = op.dtype
-from gemmgen.db import resolve_url
+from gemmgen.store.db import resolve_url
 db = ResultsDB(resolve_url(db_path), create=False)
 arch = parse_arch("sm_90")
 clock = Alternate(dev)

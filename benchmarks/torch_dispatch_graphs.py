@@ -3,9 +3,9 @@ decode), ours through gemmgen.torch and cuBLAS through torch.mm(out_dtype=float3
 alternation after an L2 flush, median of 40 after warm-up. usage: python benchmarks/torch_dispatch_graphs.py PRECISION DISPATCHER.cu (needs a GPU and torch)"""
 import json, sys
 import numpy as np, torch
-from gemmgen.problem import Shape
+from gemmgen.describe.problem import Shape
+from gemmgen.describe.workload import load_workload
 from gemmgen.torch import load
-from gemmgen.workload import load_workload
 
 precision, cu = sys.argv[1:3]
 wl = load_workload("workloads/llama3-8b.toml")

@@ -1,3 +1,3 @@
-from gemmgen.cli import main
+from gemmgen.cli.main import main
 
 raise SystemExit(main())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.build import build_kernel, find_tool, kernel_usage
+from gemmgen.build.nvcc import build_kernel, find_tool, kernel_usage
 from gemmgen.errors import ToolNotFound
 
 
@@ -129,9 +129,9 @@ def build_cache(tmp_path_factory):
 def bench(request, tmp_path_factory):
     """A Bench on GPU 0 recording into a database of the module's own (short timings)."""
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.measure import Bench
-    from gemmgen.runtime import Gpu
+    from gemmgen.measure.bench import Bench
+    from gemmgen.measure.device import Gpu
+    from gemmgen.store.db import ResultsDB
 
     db = ResultsDB(f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}")
     gpu = Gpu()
@@ -173,7 +173,7 @@ FASTGEMM_POINTS = {
 def split_points() -> dict[str, dict]:
     """`warp` points with split-K and block swizzle, by label: the named point `splitk`; BM = 16 with
     16 splits and one buffer; v4 split 4 ways and swizzled; v4 swizzled only; BN = 16 split 2 ways."""
-    from gemmgen.points import NAMED_POINTS
+    from gemmgen.describe.points import NAMED_POINTS
 
     v4 = dict(NAMED_POINTS["v4"].params)
     return {
@@ -262,7 +262,7 @@ def assert_measured_ok(bench, label: str, config, shape):
 def launcher_of(config):
     """``config``'s emitted launcher, built (failing the test with the build log where it does not)
     and loaded; its describe() needs no GPU."""
-    from gemmgen.runtime import Launcher
+    from gemmgen.measure.launcher import Launcher
 
     build = build_kernel(config)
     assert build.ok, build.log
@@ -288,8 +288,8 @@ def check_calls_in_one_process(bench, kernel, config, calls, rng) -> None:
     reference (bias and activation applied)."""
     import numpy as np
 
-    from gemmgen import verify
-    from gemmgen.problem import Shape
+    from gemmgen.describe.problem import Shape
+    from gemmgen.measure import verify
 
     drv, variant, precision = bench.gpu.drv, config.variant, config.precision
     for m, n, k, a_off, b_off, c_off, alpha, beta in calls:
@@ -359,8 +359,8 @@ def check_batched_call(bench, kernel, config, call, rng) -> None:
     ``variant`` and ``precision`` (a KernelConfig, or a DispatchPlan)."""
     import numpy as np
 
-    from gemmgen import verify
-    from gemmgen.problem import Shape
+    from gemmgen.describe.problem import Shape
+    from gemmgen.measure import verify
 
     drv, variant, precision = bench.gpu.drv, config.variant, config.precision
     (m, n, k), batch = call["shape"], call["batch"]
@@ -442,7 +442,7 @@ def _poisoned(c0):
 
 def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
-    from gemmgen.runtime import LoadedKernel
+    from gemmgen.measure.launcher import LoadedKernel
 
     build = build_kernel(config)
     assert build.ok, build.log
@@ -455,7 +455,7 @@ def check_without_workspace(bench, config, shape) -> None:
     pack; the bias after C where the variant adds one. Fails the test unless both checks pass."""
     import numpy as np
 
-    from gemmgen.runtime import LoadedKernel
+    from gemmgen.measure.launcher import LoadedKernel
 
     build = build_kernel(config)
     assert build.ok, build.log
@@ -499,7 +499,7 @@ def table_plan(kernels, served: dict, devices=("test",), variant=None):
     """A DispatchPlan whose tables give each shape of ``served`` (Shape -> kernel index) its kernel:
     a layer per N x K, the token counts between two given shapes split at their geometric middle
     (for tests of the emitted lookup, without a results database)."""
-    from gemmgen.dispatch.select import MAX_M, DispatchPlan, Layer, Span
+    from gemmgen.selection.dispatch.select import MAX_M, DispatchPlan, Layer, Span
 
     layers = {}
     for shape, i in sorted(served.items(), key=lambda item: (item[0].n, item[0].k, item[0].m)):

@@ -6,14 +6,14 @@ import os
 import signal
 import time
 
-from gemmgen.arch import parse_arch
-from gemmgen.build import BuildResult
-from gemmgen.points import resolve_point
-from gemmgen.db import ResultsDB
-from gemmgen.measure import Measured, cublas_name, timed_problem_id
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import render_kernel, source_hash
-from gemmgen.runtime import Timing
+from gemmgen.build.nvcc import BuildResult
+from gemmgen.codegen.render import render_kernel, source_hash
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape, Variant
+from gemmgen.measure.outcome import Measured, cublas_name, timed_problem_id
+from gemmgen.measure.timing import Timing
+from gemmgen.store.db import ResultsDB
 
 SM90 = parse_arch("sm_90")
 SHAPES = [Shape(256, 256, 256)]

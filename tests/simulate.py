@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import SimpleNamespace
 
-from gemmgen.arch import parse_arch
-from gemmgen.space import load_space
+from gemmgen.describe.arch import parse_arch
 from gemmgen.tune.loop import MAX_ASKS_PER_TRIAL, study_name
 from gemmgen.tune.schedule import Backend, Event, Job, Schedule, Usage, device_usage, drive
+from gemmgen.tune.space import load_space
 from gemmgen.tune.workload import _Winner, hand_out_order, seeds
 
 ARCH = parse_arch("sm_90")

@@ -4,12 +4,12 @@ not compute a strided batch refuse it in one line."""
 
 import pytest
 
-from gemmgen.config import make_config
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.names import variant_of
+from gemmgen.describe.points import point_spec
+from gemmgen.describe.problem import VARIANT_KEYS, Variant, split_variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.families import FAMILIES
-from gemmgen.points import point_spec
-from gemmgen.names import variant_of
-from gemmgen.problem import VARIANT_KEYS, Variant, split_variant
 
 BATCHED = Variant(batch="strided")
 
@@ -63,7 +63,7 @@ def _batched(family, precision, **params):
 
 
 def test_the_batched_launcher_takes_batch_and_strides():
-    from gemmgen.render import render_kernel
+    from gemmgen.codegen.render import render_kernel
 
     config = _batched("mma", "fp16", trans="nt", out="fp16", bias="col", split_k=2)
     assert config.name == "mma_128x128x32_w2x2_s3_f2_k2_fp16_nt_ofp16_bcol_batched"
@@ -87,7 +87,7 @@ def test_the_batched_launcher_takes_batch_and_strides():
 @pytest.mark.parametrize("point", [("mma", "fp16", {}), ("warp", "fp32", {"trans": "tt", "split_k": 4}),
                                    ("mma", "tf32", {"trans": "tn", "bias": "row"})])
 def test_the_one_product_source_has_no_batch_code(point):
-    from gemmgen.render import render_kernel
+    from gemmgen.codegen.render import render_kernel
 
     family, precision, params = point
     source = render_kernel(make_config(family, params, precision, "sm_90"))
@@ -124,7 +124,8 @@ def test_batched_mma_and_warp_kernels_compile_without_spills():
 @pytest.mark.nvcc
 def test_the_batched_launcher_describes_and_refuses_without_a_gpu():
     from conftest import launcher_of
-    from gemmgen.runtime import ShapeRefused
+
+    from gemmgen.measure.launcher import ShapeRefused
 
     launcher = launcher_of(_batched("mma", "fp16", split_k=2))
     assert launcher.variant == Variant(batch="strided")
@@ -163,7 +164,7 @@ def test_the_batched_launcher_describes_and_refuses_without_a_gpu():
      "--set gives batch=strided and --batch-mode gives none; give batch once"),
 ])
 def test_what_is_not_batched_yet_is_refused_in_one_line_with_exit_2(argv, message, capsys):
-    from gemmgen.cli import main
+    from gemmgen.cli.main import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -171,7 +172,7 @@ def test_what_is_not_batched_yet_is_refused_in_one_line_with_exit_2(argv, messag
 
 
 def test_emit_writes_a_batched_kernel_and_names_its_option(capsys):
-    from gemmgen.cli import main
+    from gemmgen.cli.main import main
 
     assert main(["emit", "--family", "warp", "--batch-mode", "strided", "--trans", "nt", "--gpu", "sm_90"]) == 0
     source = capsys.readouterr().out

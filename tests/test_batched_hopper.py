@@ -11,12 +11,12 @@ import pytest
 
 from conftest import assert_compiles_without_spills, build_all, launcher_of
 
-from gemmgen.build import find_tool
-from gemmgen.config import make_config
+from gemmgen.build.nvcc import find_tool
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import FAMILIES
 from gemmgen.errors import ToolNotFound
-from gemmgen.families import FAMILIES
-from gemmgen.render import render_kernel
-from gemmgen.runtime import ShapeRefused
+from gemmgen.measure.launcher import ShapeRefused
 
 BASE = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "batch": "strided"}
 # batched points over the schedules: coop nn, nt into bf16 with a column bias and GELU, stream-K

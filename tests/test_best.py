@@ -5,9 +5,9 @@ import time
 import pytest
 from test_suite import SM90, db, store  # noqa: F401 (db is a fixture)
 
-from gemmgen.best import best, ranked, shape_distance
-from gemmgen.problem import Shape
-from gemmgen.suite import suite_jobs
+from gemmgen.describe.problem import Shape
+from gemmgen.selection.best import best, ranked, shape_distance
+from gemmgen.selection.suite import suite_jobs
 
 
 def test_measurements_are_judged_against_the_cublas_run_nearest_in_time(db):
@@ -53,7 +53,7 @@ def test_family_and_arch_narrow_the_candidates(db):
     assert best(db, "fp16", shape, SM90, family="mma").kernel == "mma_128x128x32_w2x2_s3_f2_fp16"
     assert best(db, "fp16", shape, SM90, family="warp") is None
     assert best(db, "bf16", shape, SM90) is None
-    from gemmgen.arch import parse_arch
+    from gemmgen.describe.arch import parse_arch
     assert best(db, "fp16", shape, parse_arch("sm_80")) is None  # those kernels were built for sm_90
 
 
@@ -66,7 +66,7 @@ def test_shape_distance_is_symmetric_in_log_space():
 def test_kernels_are_ranked_within_their_variant_against_its_cublas(db):
     """A kernel of nt/bf16/col/gelu is judged against cuBLAS's rows of that variant only, and never
     competes with kernels of another variant (which compute another product)."""
-    from gemmgen.problem import Variant
+    from gemmgen.describe.problem import Variant
 
     shape, linear = Shape(128, 4096, 4096), Variant("nt", "bf16", "col", "gelu")
     store(db, "cublas_bf16", "cublas", "bf16", shape, 600.0)
@@ -86,7 +86,7 @@ def test_kernels_are_ranked_within_their_variant_against_its_cublas(db):
 def test_a_batched_kernel_is_judged_against_cublas_of_its_own_batch_count(db):
     """Rows of a batch of 64 are far faster in TFLOP/s than rows of 1; each is divided by cuBLAS's
     of its count, and batch_count narrows to one count."""
-    from gemmgen.problem import Variant
+    from gemmgen.describe.problem import Variant
 
     shape, batched = Shape(64, 64, 64), Variant(batch="strided")
     device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,

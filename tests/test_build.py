@@ -18,14 +18,14 @@ from functools import partial
 import pytest
 from conftest import slow_after
 
-from gemmgen.arch import KNOWN_ARCHS, parse_arch
-from gemmgen.build import (ResourceUsage, build_kernel, build_library, cache_dir, find_tool, kernel_usage,
-                           nvcc_targets, parse_ptxas_report)
-from gemmgen.config import make_config
+from gemmgen.build.nvcc import (ResourceUsage, build_kernel, build_library, cache_dir, find_tool, kernel_usage,
+                                nvcc_targets, parse_ptxas_report)
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import KNOWN_ARCHS, parse_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
 from gemmgen.errors import InvalidPoint, ToolNotFound
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
-from gemmgen.space import load_space
+from gemmgen.tune.space import load_space
 
 def _buildable_archs() -> tuple[str, ...]:
     """Every target gemmgen accepts that the installed nvcc builds (all of them where there is none:

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 import gemmgen
-import gemmgen.cli
-from gemmgen.arch import parse_arch
-from gemmgen.build import find_tool
-from gemmgen.cli import main
-from gemmgen.families import FAMILIES
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
+import gemmgen.cli.args
+import gemmgen.cli.main
+from gemmgen.build.nvcc import find_tool
+from gemmgen.cli.main import main
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,7 @@ def test_user_errors_exit_2_with_one_message(capsys, argv, words):
 @pytest.mark.nvcc
 def test_a_target_the_installed_nvcc_cannot_build_is_refused(capsys):
     """nvcc 13 builds sm_75 and newer: sm_70 is refused with the CUDA releases that build it."""
-    from gemmgen.build import nvcc_targets
+    from gemmgen.build.nvcc import nvcc_targets
 
     if 70 in nvcc_targets(find_tool("nvcc")):
         pytest.skip("this nvcc still builds sm_70")
@@ -135,7 +136,7 @@ def test_reading_a_database_that_does_not_exist_creates_nothing(capsys, tmp_path
 
 
 def test_best_with_nothing_stored_exits_2_and_says_so(capsys, tmp_path):
-    from gemmgen.db import ResultsDB
+    from gemmgen.store.db import ResultsDB
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     ResultsDB(url).close()  # a database with its tables and no rows
@@ -153,8 +154,8 @@ def test_best_and_emit_best_follow_the_ratio_to_cublas_not_raw_tflops(capsys, tm
 
     from test_suite import store
 
-    from gemmgen.db import ResultsDB
-    from gemmgen.problem import Shape
+    from gemmgen.describe.problem import Shape
+    from gemmgen.store.db import ResultsDB
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     db = ResultsDB(url)
@@ -217,7 +218,7 @@ def test_the_regenerate_line_reproduces_the_source(capsys):
 
 
 def test_without_gpu_flag_the_detected_gpu_is_the_target(capsys, monkeypatch):
-    monkeypatch.setattr(gemmgen.cli, "detect_arch", lambda: parse_arch("sm_89"))
+    monkeypatch.setattr(gemmgen.cli.args, "detect_arch", lambda: parse_arch("sm_89"))
     assert main(["emit", "v1"]) == 0
     captured = capsys.readouterr()
     assert "target     : sm_89" in captured.out
@@ -225,7 +226,7 @@ def test_without_gpu_flag_the_detected_gpu_is_the_target(capsys, monkeypatch):
 
 
 def test_without_gpu_flag_or_gpu_sm90_is_the_target(capsys, monkeypatch):
-    monkeypatch.setattr(gemmgen.cli, "detect_arch", lambda: None)
+    monkeypatch.setattr(gemmgen.cli.args, "detect_arch", lambda: None)
     assert main(["emit", "v1"]) == 0
     captured = capsys.readouterr()
     assert "target     : sm_90" in captured.out
@@ -337,8 +338,8 @@ NT_GELU_OPTIONS = ["--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "
 def test_emit_a_variant_by_options_or_by_set(capsys):
     """`--trans nt --out bf16 --bias col --act gelu` and `--set trans=nt,...` name one kernel; the
     regenerate line (which says it with --set) reproduces it."""
-    from gemmgen.config import make_config
-    from gemmgen.points import point_spec
+    from gemmgen.describe.config import make_config
+    from gemmgen.describe.points import point_spec
 
     assert main(["emit", "hopper_bf16", "--set", "overlap=0", *NT_GELU_OPTIONS, "--gpu", "sm_90"]) == 0
     by_options = capsys.readouterr().out
@@ -363,7 +364,7 @@ def test_emit_a_variant_by_options_or_by_set(capsys):
 
 def test_emit_harness_of_a_variant(capsys):
     """--harness goes with every variant; the regenerate line carries both."""
-    from gemmgen.config import make_config
+    from gemmgen.describe.config import make_config
 
     argv = ["emit", "--family", "mma", "--precision", "fp16", "--trans", "tn", "--out", "fp16", "--gpu", "sm_90",
             "--harness"]
@@ -379,9 +380,9 @@ def test_emit_harness_of_a_variant(capsys):
 @pytest.mark.parametrize("command", ["emit", "build", "bench", "tune", "best", "results"])
 def test_every_command_that_takes_a_variant_takes_the_same_four_options(command):
     """One function adds them (gemmgen.cli.add_variant_arguments): the same choices everywhere."""
-    from gemmgen.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS
+    from gemmgen.describe.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS
 
-    parser = gemmgen.cli.build_parser()
+    parser = gemmgen.cli.main.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[command]
     choices = {a.dest: tuple(a.choices) for a in sub._actions if a.dest in ("trans", "out", "bias", "act")}
     assert choices == {"trans": LAYOUTS, "out": OUTPUTS, "bias": BIASES, "act": ACTIVATIONS}
@@ -390,8 +391,8 @@ def test_every_command_that_takes_a_variant_takes_the_same_four_options(command)
 def test_results_and_best_narrow_to_a_variant(capsys, tmp_path):
     from test_suite import store
 
-    from gemmgen.db import ResultsDB
-    from gemmgen.problem import Shape
+    from gemmgen.describe.problem import Shape
+    from gemmgen.store.db import ResultsDB
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     db = ResultsDB(url)

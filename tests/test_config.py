@@ -7,11 +7,11 @@ and the FastCuda guide, not copied from gemmgen's output.
 
 import pytest
 
-from gemmgen.arch import parse_arch
-from gemmgen.config import KernelConfig, make_config, parse_assignments
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.config import KernelConfig, make_config, parse_assignments
+from gemmgen.describe.families import FAMILIES, get_family
+from gemmgen.describe.points import NAMED_POINTS, point_spec, resolve_point
 from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
-from gemmgen.families import FAMILIES, get_family
-from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 SM89_SMEM = 99 * 1024  # 101376 bytes

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import gemmgen
-from gemmgen.db import DEFAULT_URL, SORT_KEYS, STATUSES, ResultRow, ResultsDB, resolve_url
 from gemmgen.errors import GemmgenError
+from gemmgen.store.db import DEFAULT_URL, SORT_KEYS, STATUSES, ResultRow, ResultsDB, resolve_url
 
 H100 = dict(name="NVIDIA H100 80GB HBM3", arch="sm_90", sm_count=132, clock_mhz=1980,
             memory_clock_mhz=2619, driver_version="580.159.04", cuda_version="13.0")
@@ -35,7 +35,7 @@ def url(request, tmp_path):
     server = SERVER_URL
     from sqlalchemy import create_engine
 
-    from gemmgen.db import Base
+    from gemmgen.store.db import Base
 
     engine = create_engine(server)
     Base.metadata.drop_all(engine)
@@ -82,7 +82,7 @@ def test_kernel_copies_tiles_and_keeps_params(db):
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from gemmgen.db import Kernel
+    from gemmgen.store.db import Kernel
 
     v4 = db.kernel(**V4)
     naive = db.kernel(name="naive_b16x16_fp32", family="naive", precision="fp32", arch="sm_90",
@@ -149,7 +149,7 @@ def test_numpy_parameters_are_stored_as_plain_numbers(db):
     np = pytest.importorskip("numpy")
     from sqlalchemy.orm import Session
 
-    from gemmgen.db import Kernel
+    from gemmgen.store.db import Kernel
 
     kid = db.kernel(name="warp_np", family="warp", precision="fp32", arch="sm_90",
                     params={"BM": np.int64(64), "BN": np.int32(32), "BK": np.int64(16), "layout": "contig"})
@@ -163,7 +163,7 @@ def test_numpy_parameters_are_stored_as_plain_numbers(db):
 def test_record_stores_the_gemmgen_version_and_numpy_like_numbers(db):
     from sqlalchemy.orm import Session
 
-    from gemmgen.db import Measurement
+    from gemmgen.store.db import Measurement
 
     class Scalar:  # stands in for numpy.float32, which is not a float
         def __init__(self, v):
@@ -433,7 +433,7 @@ def test_a_sqlite_folder_that_cannot_be_made(tmp_path):
 
 def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_path):
     """Schema 1 had no schema_version and no claims table: recording adds both and keeps the rows."""
-    from gemmgen.db import SCHEMA_VERSION
+    from gemmgen.store.db import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"

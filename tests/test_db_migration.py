@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from gemmgen.arch import parse_arch
-from gemmgen.best import best, ranked
-from gemmgen.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
-from gemmgen.names import variant_of
-from gemmgen.problem import VARIANT_KEYS, Shape, Variant
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.names import variant_of
+from gemmgen.describe.problem import VARIANT_KEYS, Shape, Variant
+from gemmgen.selection.best import best, ranked
+from gemmgen.store.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "h100.db"
@@ -200,7 +200,7 @@ def test_processes_opening_one_old_database_at_once_migrate_it_once(postgres):
     with ResultsDB(url) as db:
         _store(db)
     back_to_schema_2(url)
-    code = "import sys; from gemmgen.db import ResultsDB; db = ResultsDB(sys.argv[1]); print(db.version); db.close()"
+    code = "import sys; from gemmgen.store.db import ResultsDB; db = ResultsDB(sys.argv[1]); print(db.version); db.close()"
     procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(6)]
     for proc in procs:

@@ -9,16 +9,16 @@ import pytest
 from conftest import launcher_of
 from test_suite import store
 
-from gemmgen.arch import parse_arch
-from gemmgen.build import build_library
-from gemmgen.cli import main
-from gemmgen.db import ResultsDB
-from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan, plan_dispatch
+from gemmgen.build.nvcc import build_library
+from gemmgen.cli.main import main
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
-from gemmgen.points import resolve_point
-from gemmgen.problem import Shape, Variant
-from gemmgen.runtime import Launcher, ShapeRefused
+from gemmgen.measure.launcher import Launcher, ShapeRefused
+from gemmgen.selection.dispatch.emit import render_dispatcher
+from gemmgen.selection.dispatch.select import DispatchPlan, plan_dispatch
+from gemmgen.store.db import ResultsDB
 
 SM90 = parse_arch("sm_90")
 BIG, MID, THIN = "hopper_128x256_c2_s4_g8_ov_fp16", "hopper_64x128_c1_s8_g4_fp16", "hopper_32x64_c1_s8_sw_fp16"
@@ -151,7 +151,7 @@ def test_the_dispatcher_describes_the_launch_of_the_kernel_it_picks(dispatcher):
                (tuple(theirs.grid), theirs.flag_words, theirs.partial_bytes)
     assert launcher.precision == "fp16"
     assert launcher_of(plan.kernels[0]).choice(5, 5, 5) is None  # a single kernel's library has no rule
-    from gemmgen.runtime import ShapeRefused
+    from gemmgen.measure.launcher import ShapeRefused
     with pytest.raises(ShapeRefused, match="M, N and K must be >= 1"):
         launcher.describe(0, 4, 4, resident=132)
 

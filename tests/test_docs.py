@@ -297,7 +297,7 @@ def test_no_untested_commands(doc):
 def parse_gemmgen_arguments(block: Block) -> None:
     """Fails the test where a gemmgen command of ``block`` (one not run here) has arguments its
     parser refuses."""
-    from gemmgen.cli import build_parser
+    from gemmgen.cli.main import build_parser
 
     for command in commands(block):
         for step in split_steps(command):
@@ -384,7 +384,7 @@ def test_sql_runs_on_the_shipped_results(doc, tmp_path):
 @pytest.mark.parametrize("doc", WORKLOAD_DOCS, ids=[str(d.relative_to(ROOT)) for d in WORKLOAD_DOCS])
 def test_workload_examples_load(doc, tmp_path):
     """A ```toml block with [[shape]] tables is a workload file: gemmgen.workload must load it."""
-    from gemmgen.workload import load_workload
+    from gemmgen.describe.workload import load_workload
 
     examples = [b for b in blocks(doc) if _is_workload(b)]
     for i, block in enumerate(examples):

@@ -3,8 +3,8 @@ modules that used to keep their own tables now give the same answers from it."""
 
 import pytest
 
-from gemmgen import dtypes, tolerance
-from gemmgen.config import make_config
+from gemmgen.describe import dtypes, tolerance
+from gemmgen.describe.config import make_config
 from gemmgen.errors import InvalidParameter
 
 

@@ -10,12 +10,13 @@ import pytest
 
 from conftest import assert_compiles_without_spills, build_all
 
-from gemmgen import tolerance, verify
-from gemmgen.config import make_config
-from gemmgen.cublaslt import supported
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe import tolerance
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import ACTIVATIONS, BIASES, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.problem import ACTIVATIONS, BIASES, Variant
-from gemmgen.render import render_kernel
+from gemmgen.measure import verify
+from gemmgen.measure.cublaslt import supported
 
 POINT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 16, "trans": "nt", "out": "bf16"}
 
@@ -52,7 +53,7 @@ def test_families_refuse_an_epilogue_they_do_not_fuse(family, precision):
 
 
 def test_others_refuse_while_hopper_mma_and_warp_take_every_epilogue():
-    from gemmgen.families import FAMILIES
+    from gemmgen.describe.families import FAMILIES
 
     fusing = {name for name, f in FAMILIES.items() if f.computes.values("bias") != ("none",)
               or f.computes.values("act") != ("none",)}
@@ -220,8 +221,8 @@ def test_cublaslt_covers_column_bias_relu_and_gelu():
 
 @pytest.mark.nvcc
 def test_launcher_reads_the_epilogue_and_wants_its_bias():
-    from gemmgen.build import build_kernel
-    from gemmgen.runtime import Launcher
+    from gemmgen.build.nvcc import build_kernel
+    from gemmgen.measure.launcher import Launcher
 
     config = make_config("hopper", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2, "trans": "nt", "out": "fp16",
                                     "bias": "col", "act": "gelu"}, "fp16")

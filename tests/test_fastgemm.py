@@ -10,12 +10,12 @@ from conftest import FASTGEMM_POINTS as POINTS
 from conftest import FASTGEMM_SEED as SEED
 from conftest import assert_compiles_without_spills, build_all, nvcc_compile, slow_after
 
-from gemmgen.config import make_config
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import get_family
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
 from gemmgen.errors import InvalidPoint
-from gemmgen.families import get_family
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
-from gemmgen.space import load_space
+from gemmgen.tune.space import load_space
 
 ARCHS = ("sm_80", "sm_90")
 

@@ -5,10 +5,10 @@ import subprocess
 
 import pytest
 
-from gemmgen.arch import detect_arch
-from gemmgen.build import find_tool
-from gemmgen.points import NAMED_POINTS
-from gemmgen.render import render_kernel
+from gemmgen.build.nvcc import find_tool
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import detect_arch
+from gemmgen.describe.points import NAMED_POINTS
 
 SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (4095, 4097, 4093), (1024, 1024, 1024)]
 # blog_naive is the same kernel as v1: test each distinct kernel once.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import batched_calls, build_all, check_batched_call
 
-from gemmgen.config import make_config
+from gemmgen.describe.config import make_config
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +47,7 @@ def built(build_cache):
 
 @pytest.mark.parametrize("key", list(POINTS))
 def test_a_batched_library_is_right_for_every_matrix_over_many_calls(bench, built, key):
-    from gemmgen.runtime import Launcher
+    from gemmgen.measure.launcher import Launcher
 
     config, result = built[key]
     assert result.ok, result.log
@@ -59,7 +59,7 @@ def test_a_batched_library_is_right_for_every_matrix_over_many_calls(bench, buil
 
 
 def test_the_launcher_refuses_a_bad_batch_on_the_gpu(bench, built):
-    from gemmgen.runtime import Launcher, ShapeRefused
+    from gemmgen.measure.launcher import Launcher, ShapeRefused
 
     config, result = built["mma_fp16_nn"]
     kernel = Launcher(result.library)

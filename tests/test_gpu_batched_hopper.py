@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import batched_calls, build_all, check_batched_call
 
-from gemmgen.config import make_config
+from gemmgen.describe.config import make_config
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +54,7 @@ def built(build_cache):
 
 @pytest.mark.parametrize("key", list(POINTS))
 def test_a_batched_hopper_library_is_right_for_every_matrix_over_many_calls(bench, needs_sm90, built, key):
-    from gemmgen.runtime import Launcher
+    from gemmgen.measure.launcher import Launcher
 
     config, result = built[key]
     assert result.ok, result.log

@@ -9,13 +9,13 @@ import pytest
 from conftest import call_sequence
 from test_gpu_sequence import ARCH, SEED, calls, on_two_streams  # noqa: F401 (calls is a fixture)
 
-from gemmgen.build import build_library
-from gemmgen.config import make_config
-from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan, Layer, Span
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
-from gemmgen.runtime import Launcher
+from gemmgen.build.nvcc import build_library
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Shape
+from gemmgen.measure.launcher import Launcher
+from gemmgen.selection.dispatch.emit import render_dispatcher
+from gemmgen.selection.dispatch.select import DispatchPlan, Layer, Span
 
 pytestmark = pytest.mark.gpu
 

@@ -13,11 +13,11 @@ import pytest
 from conftest import batched_calls, check_batched_call, table_plan
 from test_gpu_sequence import ARCH
 
-from gemmgen.build import build_library
-from gemmgen.config import make_config
-from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.problem import Shape
-from gemmgen.runtime import Launcher
+from gemmgen.build.nvcc import build_library
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape
+from gemmgen.measure.launcher import Launcher
+from gemmgen.selection.dispatch.emit import render_dispatcher
 
 pytestmark = pytest.mark.gpu
 

@@ -8,8 +8,8 @@ import pytest
 from conftest import FASTGEMM_POINTS as POINTS
 from conftest import assert_measured_ok
 
-from gemmgen.config import make_config
-from gemmgen.problem import Shape
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape
 
 pytestmark = pytest.mark.gpu
 

@@ -14,11 +14,11 @@ import pytest
 from conftest import nvcc_compile
 from test_harness import DISPATCHERS, POINTS, build_flags, dispatch_plan, point_config, spliced
 
-from gemmgen import verify
-from gemmgen.arch import detect_arch
-from gemmgen.config import make_config
-from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.render import render_kernel
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import detect_arch
+from gemmgen.describe.config import make_config
+from gemmgen.measure import verify
+from gemmgen.selection.dispatch.emit import render_dispatcher
 
 SHAPES = [(1, 1, 1), (17, 33, 65), (129, 257, 1000), (1024, 1024, 1024), (4095, 4097, 264)]
 PASSES = len(verify.CHECKS) + 1  # each check's line and the RESULT line
@@ -71,7 +71,7 @@ PLANTED = {"gelu_judged_as_silu": "hopper", "row_bias_judged_as_col": "hopper", 
 def programs(tmp_path_factory):
     """Every program that runs on the GPU present, built four at a time: key -> (executable, shape
     or None). Keys: ("point", label), ("dispatcher", label), ("planted", label)."""
-    from gemmgen.families import FAMILIES
+    from gemmgen.describe.families import FAMILIES
 
     arch = detect_arch()
     folder = tmp_path_factory.mktemp("harness")

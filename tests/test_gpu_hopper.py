@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import assert_measured_ok, load_kernel, run_gemm
 
-from gemmgen.config import make_config
-from gemmgen.problem import Shape
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 
@@ -66,8 +66,8 @@ def test_hopper_point_is_correct(bench, precision, params, shape):
 def test_misaligned_c_takes_the_direct_stores(bench, precision, params, offset):
     """N % 4 == 0 but C's base not 16-byte aligned: TMA cannot store C, so the launch passes a
     zero map and the kernel stores directly (floats at +4 bytes, float2 at +8); both checks."""
-    from gemmgen.build import build_kernel
-    from gemmgen.runtime import LoadedKernel
+    from gemmgen.build.nvcc import build_kernel
+    from gemmgen.measure.launcher import LoadedKernel
 
     config = make_config("hopper", params, precision, bench.gpu.info.arch)
     shape = Shape(257, 260, 96)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import assert_measured_ok, call_sequence, check_calls_in_one_process, check_without_workspace, load_kernel
 
-from gemmgen.config import make_config
-from gemmgen.problem import Shape, Variant
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape, Variant
 
 pytestmark = pytest.mark.gpu
 

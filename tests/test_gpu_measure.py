@@ -3,8 +3,8 @@ float64 reference at odd and aligned shapes, and a wrong kernel is recorded as w
 
 import pytest
 
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Shape
 
 pytestmark = pytest.mark.gpu
 
@@ -84,7 +84,7 @@ def test_the_gpu_check_gives_the_host_checks_statistics(bench):
     element off, a NaN, and a row left unwritten (NaN from the poisoning), for both checks."""
     import numpy as np
 
-    from gemmgen import verify
+    from gemmgen.measure import verify
 
     shape = Shape(129, 257, 77)
     ops = bench.operands(shape, "fp16")

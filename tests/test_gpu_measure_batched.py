@@ -6,8 +6,8 @@ one matrix wrong (left unwritten, or computed from another matrix's B) fails nam
 
 import pytest
 
-from gemmgen.config import make_config
-from gemmgen.problem import Shape, Variant
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape, Variant
 
 pytestmark = pytest.mark.gpu
 

@@ -5,8 +5,8 @@ alignment, so the element-wise copy path runs) and aligned ones (the cp.async pa
 import pytest
 from conftest import assert_measured_ok
 
-from gemmgen.config import make_config
-from gemmgen.problem import Shape
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape
 
 pytestmark = pytest.mark.gpu
 
@@ -50,8 +50,8 @@ def test_kernel_without_workspace_copies_misaligned_operands_itself(bench, preci
     must give the right answer at a shape whose K and N break 16-byte alignment."""
     import numpy as np
 
-    from gemmgen.build import build_kernel
-    from gemmgen.runtime import LoadedKernel
+    from gemmgen.build.nvcc import build_kernel
+    from gemmgen.measure.launcher import LoadedKernel
 
     config = make_config("mma", POINTS[0][1], precision, bench.gpu.info.arch)
     shape = Shape(301, 203, 517)

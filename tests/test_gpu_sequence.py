@@ -23,17 +23,17 @@ import numpy as np
 import pytest
 from conftest import call_sequence, split_points
 
-from gemmgen import verify
-from gemmgen.arch import detect_arch, parse_arch
-from gemmgen.build import build_kernel, find_tool
-from gemmgen.config import DEFAULT_ARCH, make_config
+from gemmgen.build.nvcc import build_kernel, find_tool
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import detect_arch, parse_arch
+from gemmgen.describe.config import DEFAULT_ARCH, make_config
+from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.points import NAMED_POINTS
 from gemmgen.errors import InvalidPoint
-from gemmgen.dtypes import PRECISIONS
-from gemmgen.families import FAMILIES
-from gemmgen.points import NAMED_POINTS
-from gemmgen.render import render_kernel
-from gemmgen.runtime import Launcher, LoadedKernel
-from gemmgen.space import load_space
+from gemmgen.measure import verify
+from gemmgen.measure.launcher import Launcher, LoadedKernel
+from gemmgen.tune.space import load_space
 
 pytestmark = pytest.mark.gpu
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import assert_measured_ok, load_kernel, nvcc_compile, run_gemm, split_points
 
-from gemmgen.arch import detect_arch
-from gemmgen.config import make_config
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
-from gemmgen.render import render_kernel
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import detect_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Shape
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,7 @@ def test_split_and_swizzle_match_the_reference(bench, point, shape):
 def test_one_element(bench, point):
     """1x1x1: every split but the first is empty. The result must be bit for bit the unsplit v4's
     (the empty partials add exact zeros) and pass both of verify's checks."""
-    from gemmgen import verify
+    from gemmgen.measure import verify
 
     shape = Shape(1, 1, 1)
     split, plain = load_kernel(bench, config_of(point, bench)), load_kernel(bench, NAMED_POINTS["v4"].config(bench.gpu.info.arch))
@@ -77,7 +77,7 @@ def test_split_results_are_bitwise_identical_run_after_run(bench, point, shape):
 
 def test_workspace_grows_for_a_larger_shape(bench):
     """One loaded kernel at a small, a large and again a small shape: correct each time."""
-    from gemmgen import verify
+    from gemmgen.measure import verify
 
     config = config_of("v4_k4_g8", bench)
     kernel = load_kernel(bench, config)

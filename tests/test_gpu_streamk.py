@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import assert_measured_ok, load_kernel, nvcc_compile, run_gemm
 
-from gemmgen import verify
-from gemmgen.config import make_config
-from gemmgen.problem import Shape
-from gemmgen.render import render_kernel
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape
+from gemmgen.measure import verify
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 

@@ -20,13 +20,13 @@ from conftest import table_plan
 torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
-from gemmgen import verify  # noqa: E402
-from gemmgen.arch import parse_arch  # noqa: E402
-from gemmgen.build import build_library  # noqa: E402
-from gemmgen.points import NAMED_POINTS  # noqa: E402
-from gemmgen.render import render_kernel  # noqa: E402
-from gemmgen.runtime import ShapeRefused  # noqa: E402
-from gemmgen.torch_checks import TargetMismatch, TensorError  # noqa: E402
+from gemmgen.build.nvcc import build_library  # noqa: E402
+from gemmgen.codegen.render import render_kernel  # noqa: E402
+from gemmgen.describe.arch import parse_arch  # noqa: E402
+from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
+from gemmgen.measure import verify  # noqa: E402
+from gemmgen.measure.launcher import ShapeRefused  # noqa: E402
+from gemmgen.torch.checks import TargetMismatch, TensorError  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -236,8 +236,8 @@ def test_the_quick_check_accepts_only_what_the_full_check_accepts(ops):
     """GemmOp._plain (torch's own predicates, for the everyday call) must never pass a call that
     check_call refuses: over tensors breaking each rule, and good ones, _plain True implies the
     full check passes with the same M, N, K."""
-    from gemmgen.torch import _operand
-    from gemmgen.torch_checks import check_call
+    from gemmgen.torch.op import _operand
+    from gemmgen.torch.checks import check_call
 
     op = ops["hopper_fp16"] if "hopper_fp16" in ops else ops["mma_bf16"]
     dt = op.dtype
@@ -268,8 +268,8 @@ def test_the_quick_check_accepts_only_what_the_full_check_accepts(ops):
 
 def test_the_quick_check_of_a_variant_accepts_only_what_the_full_check_accepts(linear_ops):
     """As above, for nt / bf16 C / col bias: w is N x K, out bf16, the bias N values of bf16."""
-    from gemmgen.torch import _operand
-    from gemmgen.torch_checks import check_call
+    from gemmgen.torch.op import _operand
+    from gemmgen.torch.checks import check_call
 
     op = linear_ops["kernel"]
     bf = torch.bfloat16
@@ -332,7 +332,7 @@ LINEAR_SHAPES = [(17, 33, 65), (1000, 1000, 1000), (16, 4096, 4096), (128, 11008
 
 def _linear_config(arch, **params):
     """hopper_bf16 (with ``params``) computing the variant nt / bf16 C / col bias / tanh-GELU."""
-    from gemmgen.config import make_config
+    from gemmgen.describe.config import make_config
 
     return make_config("hopper", {**NAMED_POINTS["hopper_bf16"].params, "overlap": 0, "trans": "nt", "out": "bf16",
                                   "bias": "col", "act": "gelu", **params}, "bf16", arch)
@@ -345,8 +345,8 @@ def linear_ops(arch, tmp_path_factory, build_cache):
     --dispatch`) of two kernels of it, without overlap, one of them swap-AB for thin M."""
     if arch.cc != 90:
         pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {arch.name}")
-    from gemmgen.dispatch.emit import render_dispatcher
-    from gemmgen.problem import Shape, Variant
+    from gemmgen.describe.problem import Shape, Variant
+    from gemmgen.selection.dispatch.emit import render_dispatcher
 
     folder = tmp_path_factory.mktemp("linear")
     big, thin = _linear_config(arch, overlap=0), _linear_config(arch, BM=32, BN=128, consumers=1, swap=1, overlap=0)

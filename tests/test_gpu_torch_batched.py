@@ -17,13 +17,13 @@ from conftest import table_plan
 torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
-from gemmgen import verify  # noqa: E402
-from gemmgen.arch import parse_arch  # noqa: E402
-from gemmgen.config import make_config  # noqa: E402
-from gemmgen.dispatch.emit import render_dispatcher  # noqa: E402
-from gemmgen.problem import Shape  # noqa: E402
-from gemmgen.render import render_kernel  # noqa: E402
-from gemmgen.torch_checks import TensorError  # noqa: E402
+from gemmgen.codegen.render import render_kernel  # noqa: E402
+from gemmgen.describe.arch import parse_arch  # noqa: E402
+from gemmgen.describe.config import make_config  # noqa: E402
+from gemmgen.describe.problem import Shape  # noqa: E402
+from gemmgen.measure import verify  # noqa: E402
+from gemmgen.selection.dispatch.emit import render_dispatcher  # noqa: E402
+from gemmgen.torch.checks import TensorError  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

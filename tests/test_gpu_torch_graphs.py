@@ -30,11 +30,11 @@ import torch._dynamo.testing  # noqa: E402 (CompileCounterWithBackend)
 from test_gpu_torch import close_to  # noqa: E402
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
-from gemmgen import verify  # noqa: E402
-from gemmgen.arch import parse_arch  # noqa: E402
-from gemmgen.config import make_config  # noqa: E402
-from gemmgen.points import NAMED_POINTS  # noqa: E402
-from gemmgen.render import render_kernel  # noqa: E402
+from gemmgen.codegen.render import render_kernel  # noqa: E402
+from gemmgen.describe.arch import parse_arch  # noqa: E402
+from gemmgen.describe.config import make_config  # noqa: E402
+from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
+from gemmgen.measure import verify  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -60,8 +60,8 @@ def ops(arch, tmp_path_factory, build_cache):
     splitk: the named fp32 split-K point (A @ B into fp32 C);
     dispatcher: F.linear with the bias through sk (tuned for 4096^3) and a thin swap-AB hopper
     kernel (tuned for 16x4096x4096), sm_90."""
-    from gemmgen.dispatch.emit import render_dispatcher
-    from gemmgen.problem import Shape, Variant
+    from gemmgen.describe.problem import Shape, Variant
+    from gemmgen.selection.dispatch.emit import render_dispatcher
 
     folder = tmp_path_factory.mktemp("graphs")
     configs = {
@@ -266,7 +266,7 @@ def test_what_cannot_be_captured_is_refused_and_the_capture_survives(ops, tmp_pa
     """release() during a capture, and a library without the caller's workspace (as one of an
     earlier gemmgen: its workspace functions hidden here), raise NotCapturable before touching the
     stream; the capture then goes on and its graph replays right."""
-    from gemmgen.runtime import Launcher
+    from gemmgen.measure.launcher import Launcher
 
     op = ops["mma_split"]
     older = gt.GemmOp(Launcher(op.path), op.path)

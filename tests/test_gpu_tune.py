@@ -3,17 +3,17 @@
 import optuna
 import pytest
 
-from gemmgen.problem import Shape
-from gemmgen.space import load_space
+from gemmgen.describe.problem import Shape
+from gemmgen.tune.space import load_space
 
 pytestmark = pytest.mark.gpu
 
 
 def test_short_warp_tune_stores_trials_and_matches_v4(tmp_path):
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.db import ResultsDB
-    from gemmgen.measure import Bench
-    from gemmgen.runtime import Gpu
+    from gemmgen.measure.bench import Bench
+    from gemmgen.measure.device import Gpu
+    from gemmgen.store.db import ResultsDB
     from gemmgen.tune import Tuner
 
     url = f"sqlite:///{tmp_path / 'tune.db'}"
@@ -82,14 +82,14 @@ def test_the_workload_device_workers_tune_on_the_gpus_present(tmp_path):
     worker makes its CUDA context, the shared pool runs nvcc, each shape gets its trials, is
     re-timed against cuBLAS and says which GPUs tuned it, and no point is measured twice."""
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")
-    from gemmgen.arch import detect_arch
-    from gemmgen.db import ResultsDB
-    from gemmgen.runtime import device_count
+    from gemmgen.describe.arch import detect_arch
+    from gemmgen.describe.workload import load_workload
+    from gemmgen.measure.device import device_count
+    from gemmgen.store.db import ResultsDB
     from gemmgen.tune.devices import TuneSpec
     from gemmgen.tune.node import tune_on_devices
     from gemmgen.tune.progress import Progress
     from gemmgen.tune.workload import plan
-    from gemmgen.workload import load_workload
 
     path = tmp_path / "w.toml"
     path.write_text(WORKLOAD)

@@ -9,15 +9,16 @@ import re
 import pytest
 from conftest import nvcc_compile, slow_after, table_plan
 
-from gemmgen import tolerance, verify
-from gemmgen.arch import parse_arch
-from gemmgen.cli import main
-from gemmgen.config import make_config
-from gemmgen.dispatch.emit import render_dispatcher
-from gemmgen.dispatch.select import DispatchPlan
-from gemmgen.points import resolve_point
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import harness_checks, render_kernel
+from gemmgen.cli.main import main
+from gemmgen.codegen.render import harness_checks, render_kernel
+from gemmgen.describe import tolerance
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape, Variant
+from gemmgen.measure import verify
+from gemmgen.selection.dispatch.emit import render_dispatcher
+from gemmgen.selection.dispatch.select import DispatchPlan
 
 SM90 = parse_arch("sm_90")
 MARKER = "// ---- gemmgen harness:"  # the harness's first line: what follows it is the harness

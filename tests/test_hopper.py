@@ -12,12 +12,12 @@ import pytest
 
 from conftest import launcher_of, nvcc_compile, slow_after
 
-from gemmgen.build import build_kernel, find_tool, kernel_usage
-from gemmgen.config import make_config
+from gemmgen.build.nvcc import build_kernel, find_tool, kernel_usage
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import point_spec, resolve_point
 from gemmgen.errors import InvalidParameter, InvalidPoint, ToolNotFound
-from gemmgen.points import point_spec, resolve_point
-from gemmgen.render import render_kernel
-from gemmgen.runtime import ShapeRefused
+from gemmgen.measure.launcher import ShapeRefused
 
 DEFAULT = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1}
 

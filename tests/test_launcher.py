@@ -10,10 +10,10 @@ import zlib
 import pytest
 from conftest import call_sequence, launcher_of, slow_after, split_points
 
-from gemmgen.config import make_config
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
-from gemmgen.runtime import ShapeRefused
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
+from gemmgen.measure.launcher import ShapeRefused
 
 pytestmark = pytest.mark.nvcc
 
@@ -153,7 +153,7 @@ def test_two_launchers_link_into_one_program_under_their_own_names(tmp_path):
 
     from conftest import nvcc_compile
 
-    from gemmgen.build import find_tool
+    from gemmgen.build.nvcc import find_tool
 
     objects = []
     for point, name in (("v4", "gemm_v4"), ("splitk", "gemm_splitk")):

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from conftest import assert_compiles_without_spills, build_all
 
-from gemmgen import verify
-from gemmgen.config import make_config
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import LAYOUTS, Shape, Variant
 from gemmgen.errors import InvalidPoint
-from gemmgen.points import resolve_point
-from gemmgen.problem import LAYOUTS, Shape, Variant
-from gemmgen.render import render_kernel
+from gemmgen.measure import verify
 
 MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
 MMA_TF32 = {"BM": 128, "BN": 128, "BK": 16, "WARPS_M": 2, "WARPS_N": 2, "stages": 4, "frags": 2}  # mma_tf32
@@ -264,7 +264,7 @@ class _FakeCublas:
 @pytest.mark.parametrize("trans", LAYOUTS)
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "reference"])
 def test_cublas_reads_each_layout_as_stored(monkeypatch, trans, precision):
-    from gemmgen import cublas
+    from gemmgen.measure import cublas
 
     shape, variant = Shape(5, 3, 4), Variant(trans)
     rng = np.random.default_rng(7)

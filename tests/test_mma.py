@@ -3,10 +3,10 @@ precision, and that its variants compile for sm_80 and sm_90 without spilling.""
 
 import pytest
 
-from gemmgen.build import build_kernel, kernel_usage
-from gemmgen.config import make_config
+from gemmgen.build.nvcc import build_kernel, kernel_usage
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
 from gemmgen.errors import InvalidPoint
-from gemmgen.render import render_kernel
 
 DEFAULT = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
 

@@ -5,12 +5,12 @@ import random
 
 import pytest
 
-from gemmgen.config import make_config
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.names import kernel_name, parse_name, variant_of
+from gemmgen.describe.points import NAMED_POINTS, point_spec, resolve_point
+from gemmgen.describe.problem import FIELDS, Variant
 from gemmgen.errors import InvalidPoint
-from gemmgen.families import FAMILIES
-from gemmgen.names import kernel_name, parse_name, variant_of
-from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
-from gemmgen.problem import FIELDS, Variant
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

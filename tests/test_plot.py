@@ -26,18 +26,18 @@ import pytest
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState
 
-from gemmgen.arch import parse_arch
-from gemmgen.best import ranked
-from gemmgen.cli import main
-from gemmgen.db import ResultsDB
+from gemmgen.cli.main import main
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Shape
 from gemmgen.plot.history import history
 from gemmgen.plot.importance import importances
 from gemmgen.plot.ladder import LADDER, ladder
 from gemmgen.plot.studies import load_study
 from gemmgen.plot.suite import suite_grid
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
-from gemmgen.suite import SUITE_PRECISIONS, SUITE_SHAPES
+from gemmgen.selection.best import ranked
+from gemmgen.selection.suite import SUITE_PRECISIONS, SUITE_SHAPES
+from gemmgen.store.db import ResultsDB
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = ROOT / "results" / "h100.db"

@@ -2,10 +2,10 @@
 
 import pytest
 
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.problem import Shape, parse_shape
 from gemmgen.errors import InvalidParameter
-from gemmgen.problem import Shape, parse_shape
-from gemmgen.runtime import DeviceInfo
-from gemmgen.arch import parse_arch
+from gemmgen.measure.device import DeviceInfo
 
 
 def test_a_thin_product_moves_mostly_b():
@@ -35,7 +35,7 @@ def test_variant_is_the_field_table():
     each checked against its field's choices with a message that names them."""
     from dataclasses import fields
 
-    from gemmgen.problem import FIELDS, VARIANT_KEYS, Variant
+    from gemmgen.describe.problem import FIELDS, VARIANT_KEYS, Variant
 
     assert tuple(f.name for f in fields(Variant)) == VARIANT_KEYS == tuple(f.key for f in FIELDS)
     assert Variant() == Variant(**{f.key: f.default for f in FIELDS})
@@ -51,9 +51,9 @@ def test_variant_is_the_field_table():
 def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
     import argparse
 
-    from gemmgen.cli import add_variant_arguments
-    from gemmgen.db import Kernel
-    from gemmgen.problem import FIELDS
+    from gemmgen.cli.args import add_variant_arguments
+    from gemmgen.describe.problem import FIELDS
+    from gemmgen.store.db import Kernel
 
     parser = argparse.ArgumentParser()
     add_variant_arguments(parser)

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from conftest import nvcc_compile
 
-from gemmgen import tolerance, verify
-from gemmgen.config import make_config
-from gemmgen.dtypes import PRECISIONS
-from gemmgen.gpucheck import check_source
-from gemmgen.problem import FIELD, FIELDS, Variant
-from gemmgen.render import environment, render_kernel
+from gemmgen.codegen.render import environment, render_kernel
+from gemmgen.describe import tolerance
+from gemmgen.describe.config import make_config
+from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.problem import FIELD, FIELDS, Variant
+from gemmgen.measure import verify
+from gemmgen.measure.gpucheck import check_source
 
 # A host program: reads "n elem_tol act" then n lines "alpha prod absprod beta_c0 b c", prints each
 # element's ref and scale, then the statistics (gg_ref_stats).

@@ -8,9 +8,9 @@ import jinja2
 import pytest
 
 import gemmgen
-from gemmgen.config import make_config
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.render import render_kernel
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 JINJA_SYNTAX = ("{{", "{%", "{#")  # openers only: "}}" is ordinary C++ (nested blocks)
@@ -120,8 +120,9 @@ def test_rendering_is_the_same_in_every_process():
     import subprocess
     import sys
 
-    script = ("import sys; from gemmgen.points import NAMED_POINTS, resolve_point; from gemmgen.render import "
-              "render_kernel; sys.stdout.write('\\0'.join([render_kernel(resolve_point(p)) for p in NAMED_POINTS] + "
+    script = ("import sys; from gemmgen.describe.points import NAMED_POINTS, resolve_point; "
+              "from gemmgen.codegen.render import render_kernel; "
+              "sys.stdout.write('\\0'.join([render_kernel(resolve_point(p)) for p in NAMED_POINTS] + "
               "[render_kernel(resolve_point('v6'), harness=True)]))")
     here = [render_kernel(resolve_point(p)) for p in NAMED_POINTS] + [render_kernel(resolve_point("v6"), harness=True)]
     for seed in ("1", "2"):

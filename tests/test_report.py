@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gemmgen.errors import GemmgenError
-from gemmgen.report import FORMATS, format_rows
+from gemmgen.selection.report import FORMATS, format_rows
 
 ROWS = [
     {"kernel": "warp_128x128x8_w64x32_t8x8_b2_fp32", "tflops": 41.02345, "median_ms": 3.350123,
@@ -111,7 +111,7 @@ def test_an_unknown_column_lists_the_columns():
 
 
 def test_rows_from_the_database_format(tmp_path):
-    from gemmgen.db import ResultsDB
+    from gemmgen.store.db import ResultsDB
 
     with ResultsDB(f"sqlite:///{tmp_path / 'r.db'}") as db:
         k = db.kernel(name="cublas_fp32", family="cublas", precision="fp32", arch="sm_90", params={})

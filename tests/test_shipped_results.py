@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.build import build_library
-from gemmgen.cli import main
-from gemmgen.points import resolve_point
+from gemmgen.build.nvcc import build_library
+from gemmgen.cli.main import main
+from gemmgen.describe.points import resolve_point
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = ROOT / "results" / "h100.db"
@@ -123,8 +123,8 @@ def test_the_docs_state_the_shipped_files_trials_and_size(tmp_path):
     copy of the file."""
     import re
 
-    from gemmgen.problem import parse_shape
-    from gemmgen.workload import load_workload
+    from gemmgen.describe.problem import parse_shape
+    from gemmgen.describe.workload import load_workload
 
     copy = tmp_path / DB.name
     shutil.copyfile(DB, copy)

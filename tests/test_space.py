@@ -5,12 +5,12 @@ import random
 
 import pytest
 
-import gemmgen.space
-from gemmgen.config import make_config
+import gemmgen.tune.space
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.points import NAMED_POINTS
 from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.families import FAMILIES
-from gemmgen.points import NAMED_POINTS
-from gemmgen.space import all_spaces, load_space
+from gemmgen.tune.space import all_spaces, load_space
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -77,7 +77,7 @@ def test_every_space_holds_valid_points(family):
 
 @pytest.fixture
 def spaces_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(gemmgen.space, "search_spaces_dir", lambda: tmp_path)
+    monkeypatch.setattr(gemmgen.tune.space, "search_spaces_dir", lambda: tmp_path)
     return tmp_path
 
 

@@ -12,12 +12,12 @@ import re
 import pytest
 from conftest import assert_compiles_without_spills, build_all, nvcc_compile, split_points
 
-from gemmgen.config import make_config
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.names import middle
+from gemmgen.describe.points import NAMED_POINTS, point_spec, resolve_point
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.families import FAMILIES
-from gemmgen.names import middle
-from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
-from gemmgen.render import render_kernel
 
 V4 = dict(NAMED_POINTS["v4"].params)
 SMALL_M = {"BM": 16, "BN": 128, "BK": 16, "WM": 16, "WN": 64, "TM": 4, "TN": 8}

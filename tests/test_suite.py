@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-from gemmgen.arch import parse_arch
-from gemmgen.db import ResultsDB
-from gemmgen.points import resolve_point
-from gemmgen.problem import Shape
-from gemmgen.report import geometric_mean
-from gemmgen.suite import SUITE_SHAPES, geometric_mean_ratios, suite_jobs
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape
+from gemmgen.selection.report import geometric_mean
+from gemmgen.selection.suite import SUITE_SHAPES, geometric_mean_ratios, suite_jobs
+from gemmgen.store.db import ResultsDB
 
 SM90 = parse_arch("sm_90")
 

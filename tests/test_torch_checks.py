@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from gemmgen.arch import parse_arch
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError, InvalidParameter
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Variant
-from gemmgen.render import render_kernel
-from gemmgen.runtime import GpuUnavailable
-from gemmgen.torch_checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
+from gemmgen.measure.device import GpuUnavailable
+from gemmgen.torch.checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
                                   is_row_major, out_dtype, row_major_strides, runs_on, source_target)
 
 ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
@@ -37,7 +37,7 @@ def refused(message: str):
 
 
 def test_the_module_imports_without_torch():
-    code = "import sys, gemmgen.torch_checks; sys.exit('torch' in sys.modules)"
+    code = "import sys, gemmgen.torch.checks; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -295,7 +295,7 @@ BATCHED = Variant(batch="strided")
 
 
 def test_a_batched_call_gives_the_batch_shape_and_the_launchers_strides():
-    from gemmgen.torch_checks import check_batched_call
+    from gemmgen.torch.checks import check_batched_call
 
     a, b = mat((4, 10, 6), address=0x100000), mat((4, 6, 8), address=0x200000)
     assert check_batched_call("fp16", a, b, None, 0.0, BATCHED) == (4, 10, 8, 6, (60, 48, 80, 0))
@@ -315,7 +315,7 @@ def test_a_batched_call_gives_the_batch_shape_and_the_launchers_strides():
 
 
 def test_a_batched_call_refuses_in_one_message():
-    from gemmgen.torch_checks import check_batched_call
+    from gemmgen.torch.checks import check_batched_call
 
     a, b = mat((4, 10, 6), address=0x100000), mat((4, 6, 8), address=0x200000)
     row = Variant(bias="row", batch="strided")

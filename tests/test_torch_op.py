@@ -18,9 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
+import gemmgen.torch.op as gop  # noqa: E402
+from gemmgen.describe.problem import Variant  # noqa: E402
 from gemmgen.errors import GemmgenError, InvalidParameter  # noqa: E402
-from gemmgen.problem import Variant  # noqa: E402
-from gemmgen.torch_checks import TensorError  # noqa: E402
+from gemmgen.torch.checks import TensorError  # noqa: E402
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -54,7 +55,7 @@ def test_the_operators_are_registered_with_their_schemas():
     assert str(torch.ops.gemmgen.gemm_out.default._schema) == (
         "gemmgen::gemm_out(str lib, Tensor a, Tensor b, Tensor(a3!) out, Tensor? bias, float alpha, float beta) -> ()")
     assert LINEAR.key == "/libs/linear_bias.so:gemmgen_gemm"
-    assert gt._LOADED[LINEAR.key] is LINEAR
+    assert gop._LOADED[LINEAR.key] is LINEAR
 
 
 # (variant, precision, (a's shape, b's shape, bias's shape or None), C's shape, C's dtype)
@@ -169,7 +170,7 @@ def test_torch_compile_traces_the_call_as_one_node_of_one_graph(dynamic):
 def test_a_gemm_op_is_one_handle_under_copies():
     assert copy.deepcopy(LINEAR) is LINEAR
     assert copy.deepcopy({"op": LINEAR})["op"] is LINEAR
-    assert LINEAR.__reduce__() == (gt._reload, ("/libs/linear_bias.so", "gemmgen_gemm"))
+    assert LINEAR.__reduce__() == (gop._reload, ("/libs/linear_bias.so", "gemmgen_gemm"))
 
 
 # ---- gemmgen.torch.Linear ----

@@ -13,15 +13,15 @@ from fakes import SHAPES, SM90, FakeBench, fake_compile, fake_tflops
 from test_workload import TINY, fake_gpu  # noqa: F401 (fake_gpu is a fixture)
 
 from gemmgen import tune
-from gemmgen.build import build_kernel
-from gemmgen.cli import main
-from gemmgen.config import make_config
-from gemmgen.db import ResultsDB
+from gemmgen.build.nvcc import build_kernel
+from gemmgen.cli.main import main
+from gemmgen.codegen.render import render_kernel, source_hash
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import point_spec
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
-from gemmgen.points import point_spec
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import render_kernel, source_hash
-from gemmgen.space import load_space
+from gemmgen.store.db import ResultsDB
+from gemmgen.tune.space import load_space
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from gemmgen.db import ResultsDB
+from gemmgen.store.db import ResultsDB
 
 WORKER = Path(__file__).with_name("tune_worker.py")
 SOAK = 20  # repetitions of the slow run: the races are rare

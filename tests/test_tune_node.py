@@ -19,11 +19,11 @@ import optuna
 import pytest
 from test_workload import STUDY, TINY, finished, trials_of, write
 
-import gemmgen.runtime
+import gemmgen.measure.device
 import gemmgen.tune.loop
 import gemmgen.tune.node
-from gemmgen.cli import main
-from gemmgen.db import ResultsDB
+from gemmgen.cli.main import main
+from gemmgen.store.db import ResultsDB
 from gemmgen.tune.node import _Compiles
 
 SHAPES = ["64x256x256", "128x256x256", "64x512x256"]  # TINY's, in the report's order
@@ -39,7 +39,7 @@ k = 256
 @pytest.fixture
 def two_gpus(monkeypatch):
     """Two fake GPUs; returns a function that picks the device class the workers use."""
-    monkeypatch.setattr(gemmgen.runtime, "device_count", lambda: 2)
+    monkeypatch.setattr(gemmgen.measure.device, "device_count", lambda: 2)
     monkeypatch.setattr(gemmgen.tune.loop, "_compile", fakes.fake_compile)
     monkeypatch.setattr(gemmgen.tune.node, "Device", fakes.FakeDevice)
     return lambda cls: monkeypatch.setattr(gemmgen.tune.node, "Device", cls)

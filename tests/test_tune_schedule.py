@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from simulate import simulate
 
+from gemmgen.describe.workload import load_workload
 from gemmgen.tune.schedule import Job, Schedule, Step, Usage, format_usage
 from gemmgen.tune.workload import hand_out_order, tuning_order
-from gemmgen.workload import load_workload
 
 LLAMA = Path(__file__).resolve().parents[1] / "workloads" / "llama3-8b.toml"
 TRIALS = 60  # per shape: what the shipped workload tunes ran (54-106 per shape)

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from gemmgen import tolerance
-from gemmgen.config import make_config
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe import tolerance
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import resolve_point
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.points import resolve_point
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import render_kernel
 
 NT_BF16 = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "trans": "nt", "out": "bf16"}
 
@@ -76,11 +76,10 @@ def test_variant_dims():
 
 
 def test_best_never_ranks_another_variant(tmp_path):
-    from datetime import datetime, timedelta
 
-    from gemmgen.arch import parse_arch
-    from gemmgen.best import ranked
-    from gemmgen.db import ResultsDB
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.selection.best import ranked
+    from gemmgen.store.db import ResultsDB
 
     db = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
     device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1, memory_clock_mhz=1, driver_version="x",
@@ -104,11 +103,11 @@ def test_what_a_family_computes_is_its_one_declaration():
     """Family.computes is read by make_config's constraints, the tuner's check and the default
     family of a workload alike: a variant of one key away from the default is refused by each
     exactly where the declaration leaves it out, with the same line."""
-    from gemmgen.arch import parse_arch
-    from gemmgen.families import FAMILIES
-    from gemmgen.problem import FIELDS
-    from gemmgen.space import load_space
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.describe.families import FAMILIES
+    from gemmgen.describe.problem import FIELDS
     from gemmgen.tune.loop import check_variant
+    from gemmgen.tune.space import load_space
     from gemmgen.tune.workload import default_family
 
     assert {name for name, f in FAMILIES.items() if f.computes.refused(Variant(out="bf16"))} == {

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from gemmgen import tolerance, verify
+from gemmgen.describe import tolerance
+from gemmgen.describe.problem import Shape, parse_shape
 from gemmgen.errors import InvalidParameter
-from gemmgen.problem import Shape, parse_shape
+from gemmgen.measure import verify
 
 
 def keep_tf32_bits(x):

@@ -13,18 +13,18 @@ import optuna
 import pytest
 from fakes import SM90, FakeBench, fake_compile
 
-import gemmgen.runtime
+import gemmgen.measure.device
 import gemmgen.tune.devices
 import gemmgen.tune.loop
-from gemmgen.arch import parse_arch
-from gemmgen.cli import main
-from gemmgen.config import make_config
-from gemmgen.db import ResultsDB
+from gemmgen.cli.main import main
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Shape, Variant
+from gemmgen.describe.workload import InvalidWorkload, load_workload
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.problem import Shape, Variant
-from gemmgen.space import load_space
+from gemmgen.store.db import ResultsDB
+from gemmgen.tune.space import load_space
 from gemmgen.tune.workload import default_family, plan, tuning_order
-from gemmgen.workload import InvalidWorkload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -299,7 +299,7 @@ def fake_gpu(monkeypatch):
         return SimpleNamespace(info=SimpleNamespace(arch=SM90), close=lambda: None), bench
 
     monkeypatch.setattr(gemmgen.tune.devices, "_open_bench", open_bench)
-    monkeypatch.setattr(gemmgen.runtime, "device_count", lambda: 1)
+    monkeypatch.setattr(gemmgen.measure.device, "device_count", lambda: 1)
     monkeypatch.setattr(gemmgen.tune.loop, "_compile", fake_compile)
     return Bench
 

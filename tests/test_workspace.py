@@ -13,13 +13,13 @@ import zlib
 import pytest
 from conftest import call_sequence, launcher_of, table_plan
 
-from gemmgen.arch import parse_arch
-from gemmgen.build import build_library
-from gemmgen.config import make_config
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import render_kernel
-from gemmgen.runtime import Launcher, ShapeRefused
+from gemmgen.build.nvcc import build_library
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.config import make_config
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
+from gemmgen.describe.problem import Shape, Variant
+from gemmgen.measure.launcher import Launcher, ShapeRefused
 
 pytestmark = pytest.mark.nvcc
 
@@ -114,7 +114,7 @@ def test_a_refused_shape_is_refused_by_the_size_query_too():
 @pytest.fixture(scope="module")
 def dispatcher(tmp_path_factory):
     """A dispatcher of v4 (tuned for 4096^3: no workspace) and splitk (16x4096x4096), built."""
-    from gemmgen.dispatch.emit import render_dispatcher
+    from gemmgen.selection.dispatch.emit import render_dispatcher
 
     big, thin = CONFIGS["v4"], CONFIGS["splitk"]
     plan = table_plan((big, thin), {Shape(4096, 4096, 4096): 0, Shape(16, 4096, 4096): 1}, variant=Variant())

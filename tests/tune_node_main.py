@@ -8,13 +8,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fakes  # noqa: E402
 
-import gemmgen.runtime  # noqa: E402
+import gemmgen.measure.device  # noqa: E402
 import gemmgen.tune.loop  # noqa: E402
 import gemmgen.tune.node  # noqa: E402
-from gemmgen.cli import main  # noqa: E402
+from gemmgen.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
-    gemmgen.runtime.device_count = lambda: int(sys.argv[1])
+    gemmgen.measure.device.device_count = lambda: int(sys.argv[1])
     gemmgen.tune.loop._compile = fakes.fake_compile
     gemmgen.tune.node.Device = fakes.FakeDevice
     sys.exit(main(sys.argv[2:]))

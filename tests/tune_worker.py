@@ -11,9 +11,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fakes import SHAPES, SM90, FakeBench, fake_compile  # noqa: E402
 
-from gemmgen.db import ResultsDB  # noqa: E402
-from gemmgen.space import load_space  # noqa: E402
+from gemmgen.store.db import ResultsDB  # noqa: E402
 from gemmgen.tune import Tuner  # noqa: E402
+from gemmgen.tune.space import load_space  # noqa: E402
 
 
 def main() -> None:

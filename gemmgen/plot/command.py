@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from gemmgen.dtypes import PRECISIONS
+from gemmgen.describe.dtypes import PRECISIONS
 
 KINDS = ("history", "suite", "ladder", "importance")
 
@@ -64,7 +64,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _extract(args: argparse.Namespace):
     """The plain data of the picture (the kind module's dataclass)."""
-    from gemmgen.db import ResultsDB, resolve_url
+    from gemmgen.store.db import ResultsDB, resolve_url
 
     url = resolve_url(args.db)
     if args.kind in ("history", "importance"):

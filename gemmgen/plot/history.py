@@ -8,9 +8,9 @@ from datetime import datetime
 import optuna
 from optuna.trial import TrialState
 
-from gemmgen.db import ResultsDB
-from gemmgen.problem import Shape
-from gemmgen.report import geometric_mean
+from gemmgen.describe.problem import Shape
+from gemmgen.selection.report import geometric_mean
+from gemmgen.store.db import ResultsDB
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@ per shape, from every stored measurement."""
 
 from dataclasses import dataclass
 
-from gemmgen.arch import Arch
-from gemmgen.best import ranked
-from gemmgen.db import ResultsDB
+from gemmgen.describe.arch import Arch
+from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Shape
 from gemmgen.errors import GemmgenError, InvalidParameter, InvalidPoint
-from gemmgen.points import NAMED_POINTS
-from gemmgen.problem import Shape
-from gemmgen.suite import SUITE_SHAPES
+from gemmgen.selection.best import ranked
+from gemmgen.selection.suite import SUITE_SHAPES
+from gemmgen.store.db import ResultsDB
 
 LADDER = ("v1", "v2", "v3", "v4", "v5", "v6")
 
@@ -17,7 +17,7 @@ LADDER = ("v1", "v2", "v3", "v4", "v5", "v6")
 @dataclass(frozen=True)
 class Rung:
     """One named point (or cuBLAS, ``point`` "cublas") of one precision at one shape: its
-    highest stored TFLOP/s, and for a named point its score by gemmgen.best (the median ratio to
+    highest stored TFLOP/s, and for a named point its score by gemmgen.selection.best (the median ratio to
     the cuBLAS time stored next to its times; None where none is)."""
 
     point: str

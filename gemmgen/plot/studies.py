@@ -5,10 +5,10 @@ import optuna
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from gemmgen.db import ResultsDB
-from gemmgen.dbengine import backend, hide_password, sqlite_connect_args
 from gemmgen.errors import GemmgenError, InvalidParameter
-from gemmgen.tune.storage import quiet_optuna
+from gemmgen.store.db import ResultsDB
+from gemmgen.store.engine import backend, hide_password, sqlite_connect_args
+from gemmgen.store.studies import quiet_optuna
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

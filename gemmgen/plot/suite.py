@@ -1,16 +1,16 @@
 """The suite heatmap's numbers: per suite shape and precision, the ratio of the kernel the latest
-`gemmgen bench --suite` measured to cuBLAS, by gemmgen.best's policy."""
+`gemmgen bench --suite` measured to cuBLAS, by gemmgen.selection.best's policy."""
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from gemmgen.arch import Arch
-from gemmgen.best import ranked
-from gemmgen.db import ResultRow, ResultsDB
+from gemmgen.describe.arch import Arch
+from gemmgen.describe.problem import Shape
 from gemmgen.errors import GemmgenError
-from gemmgen.problem import Shape
-from gemmgen.report import geometric_mean
-from gemmgen.suite import SUITE_PRECISIONS, SUITE_SHAPES
+from gemmgen.selection.best import ranked
+from gemmgen.selection.report import geometric_mean
+from gemmgen.selection.suite import SUITE_PRECISIONS, SUITE_SHAPES
+from gemmgen.store.db import ResultRow, ResultsDB
 
 SUITE_TAG = "suite"  # the tag `gemmgen bench --suite` stores its rows with
 
@@ -43,7 +43,7 @@ class SuiteGrid:
 
 
 class _LatestSuiteRun:
-    """ResultsDB.results as gemmgen.best.ranked asks for it (one shape and precision), narrowed
+    """ResultsDB.results as gemmgen.selection.best.ranked asks for it (one shape and precision), narrowed
     to the suite's rows from the latest measurement of a kernel built for ``arch`` there: the
     cuBLAS row timed just before it on its device, it, and what came after. Two suite runs used
     different kernels at some shapes; the picture shows the latest run, as `bench --suite`

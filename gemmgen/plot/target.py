@@ -1,8 +1,8 @@
 """Which architecture's kernels a picture of stored measurements shows."""
 
-from gemmgen.arch import Arch, parse_arch
-from gemmgen.db import ResultsDB
+from gemmgen.describe.arch import Arch, parse_arch
 from gemmgen.errors import GemmgenError
+from gemmgen.store.db import ResultsDB
 
 
 def stored_arch(db: ResultsDB, asked: str | None) -> Arch:

@@ -12,8 +12,8 @@ import queue
 import signal
 from dataclasses import dataclass
 
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidParameter
-from gemmgen.problem import Shape, Variant
 from gemmgen.tune.loop import Budget, TrialOutcome, Tuner, TuneReport
 
 
@@ -57,7 +57,7 @@ def parse_devices(text: str, count: int) -> list[int]:
 
 
 def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: int, progress) -> Tuner:
-    from gemmgen.space import load_space
+    from gemmgen.tune.space import load_space
 
     return Tuner(bench, load_space(spec.family), spec.precision, arch, list(spec.shapes), study=spec.study,
                  storage=spec.url, sampler=spec.sampler, seed=seed, jobs=jobs,
@@ -67,8 +67,8 @@ def _tuner(spec: TuneSpec, bench, arch, *, device: str, seed: int | None, jobs: 
 
 def open_gpu(spec: TuneSpec, index: int):
     """The Gpu of device ``index``; raises GemmgenError where --gpu is not that GPU."""
-    from gemmgen.arch import parse_arch
-    from gemmgen.runtime import Gpu
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.measure.device import Gpu
 
     gpu = Gpu(index)
     if spec.arch and parse_arch(spec.arch).cc != gpu.info.arch.cc:
@@ -80,8 +80,8 @@ def open_gpu(spec: TuneSpec, index: int):
 
 def _open_bench(spec: TuneSpec, index: int):
     """(Gpu, Bench) on device ``index``; raises GemmgenError where --gpu is not that GPU."""
-    from gemmgen.db import ResultsDB
-    from gemmgen.measure import Bench
+    from gemmgen.measure.bench import Bench
+    from gemmgen.store.db import ResultsDB
 
     gpu = open_gpu(spec, index)
     return gpu, Bench(gpu, ResultsDB(spec.url), tag=None, seed=spec.seed, batch_count=spec.batch_count)

@@ -3,7 +3,7 @@
 A workload lists a few token counts per layer (N x K); a model is called at any. After the listed
 shapes are tuned, the fill measures, for each layer, candidate kernels at token counts between
 and around the listed ones, so that the dispatcher's choice at every M rests on measurements
-near it (gemmgen.dispatch.model interpolates a kernel's measurements along M):
+near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements along M):
 
 - Where: the token counts at which the selection model's choice changes (the boundaries of its
   table for the layer, and the count just before each), the geometric midpoints of the listed
@@ -14,27 +14,28 @@ near it (gemmgen.dispatch.model interpolates a kernel's measurements along M):
   multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the first
   whole-tile kernel picked.
 - How: each is built (in parallel), checked against float64 and timed in alternation with cuBLAS
-  (gemmgen.measure.Bench), and every outcome is recorded, as a tune's trials are.
+  (gemmgen.measure.bench.Bench), and every outcome is recorded, as a tune's trials are.
 """
 
 import math
 import random
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from gemmgen.arch import Arch
-from gemmgen.build import build_kernel
-from gemmgen.config import KernelConfig, make_config
-from gemmgen.dispatch.model import TimeModel, stored_samples
+from gemmgen.build.nvcc import build_kernel
+from gemmgen.describe.arch import Arch
+from gemmgen.describe.config import KernelConfig, make_config
+from gemmgen.describe.families import get_family
+from gemmgen.describe.families.base import cdiv
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.families import get_family
-from gemmgen.families.base import cdiv
-from gemmgen.problem import Shape, Variant
-from gemmgen.space import SearchSpace
+from gemmgen.selection.dispatch.model import TimeModel, stored_samples
+from gemmgen.tune.space import SearchSpace, load_space
 
 MIN_BM = 8
 
@@ -147,7 +148,7 @@ def _build(config: KernelConfig) -> tuple[str, bool, str]:
 def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
              log: Callable[[str], None]) -> list[tuple[Shape, str, float | None]]:
     """Builds every kernel of ``plan`` (``jobs`` processes), then measures each point's kernels
-    with ``bench`` (a gemmgen.measure.Bench that times in alternation with cuBLAS and records),
+    with ``bench`` (a gemmgen.measure.bench.Bench that times in alternation with cuBLAS and records),
     stopping after ``limit_s`` seconds of measuring. Returns (shape, kernel, ratio to cuBLAS or None)."""
     configs = {c.name: c for p in plan for c in p.configs}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -165,3 +166,31 @@ def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
             ratio = f"{result.baseline_ratio:.3f} of cuBLAS" if result.baseline_ratio else result.status
             log(f"fill: {point.shape} {config.name}: {ratio}")
     return out
+
+
+def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: Variant, url: str, device: int, *,
+                  seed: int | None, points: int, jobs: int, limit_s: float | None,
+                  log: Callable[[str], None]) -> Iterator[tuple[str, list[tuple[Shape, str, float | None]]]]:
+    """The fill of a tuned workload (gemmgen.describe.workload.Workload) on GPU ``device``: for
+    each (precision, family) of ``pairs`` in turn, :func:`plan_fill` over the workload's layers
+    (N x K, each with its listed token counts) and :func:`run_fill`, every outcome recorded in
+    the results database ``url`` (tag ``fill``). Yields each precision and what run_fill found."""
+    from gemmgen.measure.bench import Bench
+    from gemmgen.measure.device import Gpu
+    from gemmgen.store.db import ResultsDB
+
+    layers = defaultdict(list)
+    for shape in workload.shapes:
+        layers[shape.n, shape.k].append(shape.m)
+    with Gpu(device) as gpu:
+        db = ResultsDB(url)
+        bench = Bench(gpu, db, tag="fill", seed=seed, min_total_ms=60.0, interleave=True)
+        try:
+            for precision, family in pairs:
+                plan = plan_fill(db, load_space(family), precision, arch, variant, dict(layers), points=points,
+                                 seed=seed or 0)
+                log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
+                    f"{sum(len(p.configs) for p in plan)} measurements")
+                yield precision, run_fill(plan, bench, jobs=jobs, limit_s=limit_s, log=log)
+        finally:
+            bench.close()

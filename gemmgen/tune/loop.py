@@ -37,19 +37,19 @@ import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
-from gemmgen.build import DEFAULT_TIMEOUT_S, BuildResult, build_kernel
-from gemmgen.config import KernelConfig, make_config
+from gemmgen.build.nvcc import DEFAULT_TIMEOUT_S, BuildResult, build_kernel
+from gemmgen.codegen.render import render_kernel, source_hash, template_hash
+from gemmgen.describe.config import KernelConfig, make_config
+from gemmgen.describe.families import get_family
+from gemmgen.describe.points import NAMED_POINTS, resolve_point
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
-from gemmgen.families import get_family
-from gemmgen.measure import CUT_PREFIX, Measured, timed_problem_id
-from gemmgen.points import NAMED_POINTS, resolve_point
-from gemmgen.problem import Shape, Variant
-from gemmgen.render import render_kernel, source_hash, template_hash
-from gemmgen.report import geometric_mean
-from gemmgen.runtime import Timing
-from gemmgen.space import SearchSpace
+from gemmgen.measure.outcome import CUT_PREFIX, Measured, timed_problem_id
+from gemmgen.measure.timing import Timing
+from gemmgen.selection.report import geometric_mean
+from gemmgen.store.studies import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, open_storage, open_study
 from gemmgen.tune.sampler import FeasibleSampler, make_sampler
-from gemmgen.tune.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, open_storage, open_study
+from gemmgen.tune.space import SearchSpace
 
 GIVE_UP = 1.25  # a candidate slower than this times the best median so far is timed no further
 RETIME_TOP = 3  # points re-timed in alternation with cuBLAS at the end

@@ -34,15 +34,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
-from gemmgen.arch import Arch
+from gemmgen.describe.arch import Arch
+from gemmgen.describe.workload import Workload, WorkloadEntry
 from gemmgen.errors import GemmgenError
-from gemmgen.space import load_space
 from gemmgen.tune import loop
 from gemmgen.tune.devices import TuneSpec, open_gpu
 from gemmgen.tune.schedule import Backend, Event, Job, Schedule, Step, Usage, drive
-from gemmgen.tune.workload import (ShapeResult, _Studies, hand_out_order, seeds, shape_result, shape_title,
-                                   tuning_order)
-from gemmgen.workload import Workload, WorkloadEntry
+from gemmgen.tune.space import load_space
+from gemmgen.tune.workload import ShapeResult, _Studies, hand_out_order, seeds, shape_result, shape_title, tuning_order
 
 POLL_S = 0.25  # how often the main process and the workers look whether the other is still there
 STOP_WAIT_S = 60.0  # how long a released worker may take to finish before it is terminated
@@ -54,14 +53,14 @@ class Device:
     with the same interface (``arch``, ``bench(spec)``, ``close()``)."""
 
     def __init__(self, spec: TuneSpec, index: int):
-        from gemmgen.db import ResultsDB
+        from gemmgen.store.db import ResultsDB
 
         self.gpu = open_gpu(spec, index)
         self.arch = self.gpu.info.arch
         self.db = ResultsDB(spec.url)
 
     def bench(self, spec: TuneSpec):
-        from gemmgen.measure import Bench
+        from gemmgen.measure.bench import Bench
 
         return Bench(self.gpu, self.db, tag=None, seed=spec.seed, batch_count=spec.batch_count)
 

@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.samplers import BaseSampler
 
 from gemmgen.errors import GemmgenError
-from gemmgen.space import SearchSpace
+from gemmgen.tune.space import SearchSpace
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 MAX_DRAWS = 1000  # draws per trial before giving the trial to the base sampler's own choice

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field, replace
 
 from optuna.trial import TrialState
 
-from gemmgen.arch import Arch, parse_arch
+from gemmgen.describe.arch import Arch, parse_arch
+from gemmgen.describe.families import FAMILIES
+from gemmgen.describe.problem import Shape, Variant
+from gemmgen.describe.workload import Workload, WorkloadEntry
 from gemmgen.errors import InvalidParameter
-from gemmgen.families import FAMILIES
-from gemmgen.problem import Shape, Variant
-from gemmgen.report import format_rows
-from gemmgen.space import SearchSpace, load_space
-from gemmgen.best import shape_distance
+from gemmgen.selection.best import shape_distance
+from gemmgen.selection.report import format_rows
+from gemmgen.store.studies import open_storage
 from gemmgen.tune.devices import TuneSpec, tune
 from gemmgen.tune.loop import RETIMED_ATTR, check_variant, study_name
-from gemmgen.tune.storage import open_storage
-from gemmgen.workload import Workload, WorkloadEntry
+from gemmgen.tune.space import SearchSpace, load_space
 
 SEEDS = 6  # winners of other shapes enqueued before a shape's own points
 # The family tuned where --family is not given: the first that runs on the GPU.

@@ -1,0 +1,122 @@
+"""Jinja -> CUDA source for a KernelConfig."""
+
+import hashlib
+import math
+import shlex
+from functools import lru_cache
+
+import jinja2
+
+from gemmgen import __version__
+from gemmgen.describe import tolerance
+from gemmgen.describe.arch import MAX_GRID_Y
+from gemmgen.describe.config import KernelConfig
+from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.problem import MAX_DIM, Variant
+from gemmgen.paths import templates_dir
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,  # a missing variable is an error, never empty text
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def requirements(config: KernelConfig) -> str:
+    """What the kernel requires of M, N, K, in words (also written in the emitted header)."""
+    if config.geometry.persistent:  # tiles are walked by index: no grid limit on M
+        return config.family.requires
+    return f"{config.family.requires}; M <= {MAX_GRID_Y * config.geometry.tile_m} (grid y limit)"
+
+
+def emit_args(config: KernelConfig, harness: bool = False) -> str:
+    """The `gemmgen emit` arguments that reproduce this source."""
+    sets = ",".join(f"{k}={v}" for k, v in (*config.values, *config.variant.items))
+    words = ["--family", config.family.name, "--precision", config.precision, "--set", sets,
+             "--gpu", config.arch.name] + (["--harness"] if harness else [])
+    return shlex.join(words)
+
+
+def harness_checks(precision: str, variant: Variant) -> dict:
+    """What templates/harness.cuh.j2 renders from Python, so that the harness judges a kernel as
+    gemmgen/verify.py does: ``checks``, verify.CHECKS' (alpha, beta) pairs as C literals' digits,
+    and the tolerances of gemmgen/tolerance.py for ``precision`` into ``variant``'s C type with
+    its activation, which the harness needs at any K it is run with: ``elem`` = (e0, e1) with
+    ``elementwise_tolerance(K) = e0 + e1 * K`` and ``norm`` = (n0, n1) with
+    ``normwise_tolerance(K) = n0 + n1 * sqrt(K)``, as reprs. The coefficients are read off
+    tolerance.py at K = 0 and 2^20 and checked at other K up to MAX_DIM (to 1e-9, relative);
+    raises ValueError where the tolerance is no longer of that form (then this function and the
+    template must change)."""
+    def elem(k):
+        return tolerance.elementwise_tolerance(precision, k, variant.out, variant.act)
+
+    def norm(k):
+        return tolerance.normwise_tolerance(precision, k, variant.out, variant.act)
+
+    far = 2**20  # the slopes from K = 0 and a far K: the difference of two near numbers loses digits
+    e0, n0 = elem(0), norm(0)
+    e1, n1 = (elem(far) - e0) / far, (norm(far) - n0) / math.sqrt(far)
+    for k in (1, 2, 3, 1000, 4093, MAX_DIM):
+        if not (math.isclose(e0 + e1 * k, elem(k), rel_tol=1e-9)
+                and math.isclose(n0 + n1 * math.sqrt(k), norm(k), rel_tol=1e-9)):
+            raise ValueError(f"gemmgen/tolerance.py's tolerance for {precision} {variant.text} is not affine in K "
+                             f"and sqrt(K) (at K = {k}): the harness cannot render it")
+    return {"elem": (repr(e0), repr(e1)), "norm": (repr(n0), repr(n1)),
+            "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in tolerance.CHECKS]}
+
+
+def render_kernel(config: KernelConfig, harness: bool = False) -> str:
+    """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
+    ``harness``, a main() that checks the kernel's variant against a float64 reference (as
+    gemmgen/verify.py) and times it. Every value in the source comes from a validated
+    KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
+    g = config.geometry
+    template = environment().get_template(config.family.template)
+    return template.render(
+        version=__version__,
+        name=config.name,
+        family=config.family,
+        param_text=", ".join(f"{k}={v}" for k, v in config.values),
+        p=config.params,
+        d=config.derived,
+        precision=config.precision,
+        T=config.element_type,
+        CT=config.output_type,
+        v=config.variant,
+        b_t="true" if config.variant.b_transposed else "false",
+        c_bytes=PRECISIONS[config.variant.out].bytes,
+        c_tma_type=PRECISIONS[config.variant.out].tma_type,
+        arch=config.build_arch.name,
+        arch_flags=" ".join(config.build_arch.nvcc_flags),
+        block=g.block,
+        threads=g.threads,
+        tile_m=g.tile_m,
+        tile_n=g.tile_n,
+        smem_bytes=g.smem_bytes,
+        max_grid_y=MAX_GRID_Y,
+        max_m=MAX_GRID_Y * g.tile_m,
+        requires=requirements(config),
+        emit_args=emit_args(config, harness),
+        harness=harness,
+        judge=harness_checks(config.precision, config.variant) if harness else None,
+    )
+
+
+def template_hash(config: KernelConfig) -> str:
+    """SHA-256 (first 16 hex digits) of the template files a config's source is made from."""
+    folder = templates_dir()
+    digest = hashlib.sha256()
+    for name in ("base.cu.j2", "common.cuh.j2", "launcher.cuh.j2", "launch_types.cuh", "ptx.cuh", "ptx_sm90.cuh",
+                 config.family.template):
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]

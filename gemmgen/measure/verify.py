@@ -1,0 +1,176 @@
+"""Checking a kernel's C against a float64 reference (see gemmgen/tolerance.py for the bounds).
+
+Inputs are uniform(-1, 1) random numbers, never zeros. The reference is computed from exactly the
+values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32 kernels are compared with the
+fp32 inputs, so their input rounding counts as error, as it should). The statistics of C against
+it come from the host (:func:`host_stats`) or the GPU (gemmgen.gpucheck); :func:`judge` decides.
+
+The rule -- :func:`host_reference`, :func:`epilogue` (:func:`activation`) and :func:`host_stats`'
+elementwise count -- is written once more, in C++, for the GPU: templates/reference.cuh, which the
+GPU check (templates/check.cu) and the emitted harness share; tests/test_reference.py runs that
+C++ on the host against these functions.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmgen.describe import tolerance
+from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.tolerance import CHECKS  # noqa: F401 (the checks a kernel is judged by; the harness's too)
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even), as uint16 bit patterns."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def host_dtype(precision: str) -> np.dtype:
+    """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or uint16
+    holding bf16 bits."""
+    storage = PRECISIONS[precision].numpy_storage
+    return np.dtype(np.uint16) if storage == "bf16-bits" else np.dtype(storage)
+
+
+def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
+    """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
+    x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
+    storage = PRECISIONS[precision].numpy_storage
+    if storage == "bf16-bits":
+        return to_bf16_bits(x)
+    return x.astype(storage)
+
+
+def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
+    """The exact values a kernel reads from ``x``, in float64."""
+    bits = PRECISIONS[precision].numpy_storage == "bf16-bits"
+    return from_bf16_bits(x).astype(np.float64) if bits else x.astype(np.float64)
+
+
+def product_operands(a64: np.ndarray, b64: np.ndarray, variant) -> tuple[np.ndarray, np.ndarray]:
+    """A (M x K) and B (K x N) of the product, from A and B as ``variant`` (gemmgen.problem.Variant)
+    stores them (Variant.a_dims, b_dims): transposed views of an operand stored transposed. For
+    host_reference."""
+    return (a64.T if variant.a_transposed else a64), (b64.T if variant.b_transposed else b64)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    # ||C - ref||_F / tolerance.normwise_norm(||ref||_F, ||scale||_F, K) over the finite elements:
+    # the normwise check passes at <= tolerance.normwise_tolerance. Where the result is not small
+    # against its terms (the random inputs of the checks, beyond a few elements) this is
+    # ||C - ref||_F / ||ref||_F.
+    rel_error: float
+    worst: float  # largest |C - ref| / (elementwise bound); <= 1 passes
+    bad: int  # elements over the elementwise bound
+    nonfinite: int  # NaN or Inf elements
+    message: str
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What the checks need of C against (ref, scale), over its M x N elements: sums over the
+    finite elements of |C - ref|^2, ref^2 and scale^2; the count of elements over the elementwise
+    bound and of NaN/Inf ones; the largest |C - ref| / bound; and the first element (row-major)
+    that fails either way, with its value and the expected one. Computed on the host (host_stats)
+    or on the GPU (gpucheck); judged by :func:`judge`."""
+
+    err2: float
+    ref2: float
+    scale2: float
+    bad: int
+    nonfinite: int
+    worst: float
+    first_bad: tuple[int, int, float, float] | None = None  # (row, column, C, expected)
+
+
+def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32",
+               act: str = "none") -> Stats:
+    """Stats of C (M x N, float32 or float64 holding C's values) against ref and scale (float64)
+    on the host; ``out`` is the type C was stored in, ``act`` the epilogue's activation."""
+    finite = np.isfinite(c)
+    nonfinite = int(c.size - np.count_nonzero(finite))
+    err = np.abs(np.where(finite, c, 0).astype(np.float64) - ref)
+    bound = tolerance.elementwise_tolerance(precision, k, out, act) * scale
+    over = finite & (err > bound)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+    worst = float(np.max(np.where(finite, ratios, 0.0))) if c.size else 0.0
+    first = np.argwhere(~finite | over)
+    first_bad = None
+    if len(first):
+        i, j = (int(v) for v in first[0])
+        first_bad = (i, j, float(c[i, j]), float(ref[i, j]))
+    return Stats(float(np.sum(err[finite] ** 2)), float(np.sum(ref[finite] ** 2)), float(np.sum(scale[finite] ** 2)),
+                 int(np.count_nonzero(over)), nonfinite, worst, first_bad)
+
+
+def judge(stats: Stats, precision: str, k: int, out: str = "fp32", act: str = "none") -> Verdict:
+    """The verdict on C from its Stats: ok when no element is NaN or Inf and both checks of
+    gemmgen/tolerance.py pass over the finite elements."""
+    err_norm = math.sqrt(stats.err2)
+    norm = tolerance.normwise_norm(math.sqrt(stats.ref2), math.sqrt(stats.scale2), k)
+    rel = err_norm / norm if norm > 0 else err_norm
+    norm_tol = tolerance.normwise_tolerance(precision, k, out, act)
+    ok = stats.nonfinite == 0 and stats.bad == 0 and rel <= norm_tol
+    message = ""
+    if not ok:
+        where = ""
+        if stats.first_bad:
+            i, j, got, expected = stats.first_bad
+            where = f"; first bad C[{i}][{j}] = {got!r}, expected {expected!r}"
+        message = (f"wrong result: rel_err {rel:.3e} (tolerance {norm_tol:.1e}), {stats.bad} element(s) over the "
+                   f"elementwise bound, {stats.nonfinite} NaN/Inf{where}")
+    return Verdict(ok, rel, stats.worst, stats.bad, stats.nonfinite, message)
+
+
+def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32",
+            act: str = "none") -> Verdict:
+    """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (+ |bias|)
+    (float64, as host_reference and epilogue give them) by both checks of gemmgen/tolerance.py,
+    for inner dimension k. ok when no element is NaN or Inf and both checks pass over the finite
+    elements."""
+    return judge(host_stats(c, ref, scale, precision, k, out, act), precision, k, out, act)
+
+
+def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: float, beta: float):
+    """(ref, scale) in float64 on the host: ref = alpha * A @ B + beta * C0 and
+    scale = |alpha| * |A| @ |B| + |beta * C0|, from the float64 A (M x K) and B (K x N: for a variant,
+    product_operands of A and B as stored); C0 is not read when beta == 0."""
+    ref = alpha * (a64 @ b64)
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    if beta != 0.0:
+        ref += beta * c0.astype(np.float64)
+        scale += np.abs(beta * c0.astype(np.float64))
+    return ref, scale
+
+
+def activation(x: np.ndarray, act: str) -> np.ndarray:
+    """The activation of gemmgen.problem.FIELD["act"], exactly (float64): none, relu, gelu (the
+    tanh approximation, as torch's gelu(approximate="tanh")), silu."""
+    if act == "none":
+        return x
+    if act == "relu":
+        return np.where(x < 0.0, 0.0, x)
+    if act == "gelu":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if act == "silu":
+        return x / (1.0 + np.exp(-np.clip(x, -700.0, None)))
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def epilogue(ref: np.ndarray, scale: np.ndarray, bias64: np.ndarray | None, bias: str, act: str):
+    """(ref, scale) of C = act(x + bias) from those of x = alpha * A @ B + beta * C0 (host_reference):
+    ``bias64`` holds M values (bias ``row``) or N values (``col``), float64; ``scale`` gains |bias|."""
+    if bias != "none":
+        vec = bias64.reshape(-1, 1) if bias == "row" else bias64.reshape(1, -1)
+        ref, scale = ref + vec, scale + np.abs(vec)
+    return activation(ref, act), scale

@@ -1,0 +1,125 @@
+"""Which stored kernel is best: the one policy that `best`, `emit best`, `bench --suite` and
+`emit --dispatch` all use.
+
+A GPU's TFLOP/s drift with its clock and temperature by more than the kernels near the top
+differ, and two devices differ by more still, so a measurement is never compared by raw TFLOP/s
+with one taken elsewhere or at another time. Each is judged against cuBLAS instead: divided by the
+cuBLAS measurement of the same shape, precision, variant and batch count on the same device
+taken nearest in time (bench, tune and the suite store one next to their timings), and a kernel
+scores the median of its ratios: a batched kernel's rows of different batch counts are each
+judged against cuBLAS's of their count, never against another's. The highest score wins. Kernels measured on a device that has no cuBLAS measurement
+at the shape are ranked after all others, by their highest TFLOP/s.
+"""
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from gemmgen.describe.arch import Arch
+from gemmgen.describe.problem import Shape, Variant
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One kernel's standing at a shape: ``score`` is the median ratio of cuBLAS's time to its
+    time (its TFLOP/s to cuBLAS's: 1.0 = as fast, above 1 faster; None where no cuBLAS
+    measurement is stored next to it), ``tflops`` its highest
+    TFLOP/s there, ``devices`` the device names its measurements came from, ``sm_count`` their
+    largest count of SMs."""
+
+    kernel: str
+    family: str
+    score: float | None
+    tflops: float
+    runs: int
+    devices: tuple[str, ...]
+    sm_count: int = 0
+
+    def key(self) -> tuple:
+        return (self.score is not None, self.score if self.score is not None else self.tflops)
+
+
+def shape_distance(a: Shape, b: Shape) -> float:
+    """How far apart two shapes are: the sum of |log(a_i / b_i)| over M, N and K."""
+    return sum(abs(math.log(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+
+
+def _baseline_key(r) -> tuple:
+    return r.device, r.batch_count, r.M, r.N, r.K
+
+
+def _baselines(rows) -> dict[tuple, list]:
+    """cuBLAS's timed rows among ``rows``: (device, batch count, M, N, K) -> [(when, row)]."""
+    found = defaultdict(list)
+    for r in rows:
+        if r.family == "cublas" and r.tflops:
+            found[_baseline_key(r)].append((datetime.fromisoformat(r.created_at), r))
+    return found
+
+
+def _nearest(times: list, created_at: str):
+    """The cuBLAS row of ``times`` taken nearest in time to ``created_at``."""
+    when = datetime.fromisoformat(created_at)
+    return min(times, key=lambda c: abs((c[0] - when).total_seconds()))[1]
+
+
+def paired_baselines(rows) -> list[tuple]:
+    """(row, cuBLAS's TFLOP/s nearest in time, cuBLAS's median TFLOP/s there) for each timed
+    kernel row of ``rows`` (results of one precision and variant) that has a cuBLAS row at its
+    shape, device and batch count: the pairing ``ranked`` judges by, for the selection model's
+    drift correction."""
+    base = _baselines(rows)
+    out = []
+    for r in rows:
+        times = base.get(_baseline_key(r))
+        if r.family != "cublas" and r.tflops and times:
+            out.append((r, _nearest(times, r.created_at).tflops, statistics.median(c.tflops for _, c in times)))
+    return out
+
+
+def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
+           variant: Variant = Variant(), batch_count: int | None = None) -> list[Ranked]:
+    """Every kernel built for ``arch`` (of ``family``, or any but cuBLAS) with a verified
+    measurement of ``precision`` and ``variant`` (layouts, C's type, bias, activation) at
+    ``shape``, best first (see the module's policy); judged against cuBLAS's rows of the same
+    variant (the results database's variant columns select them). Kernels of another variant
+    compute another product and are never among them. ``batch_count``: only measurements of
+    that many products per launch (None: every count, each against cuBLAS's of its count)."""
+    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
+                      batch_count=batch_count)
+    cublas = _baselines(rows)
+    ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
+    sms = defaultdict(int)
+    for r in rows:
+        if r.family == "cublas" or r.arch != arch.name or not r.tflops or (family and r.family != family):
+            continue
+        fastest[r.kernel] = max(fastest.get(r.kernel, 0.0), r.tflops)
+        families[r.kernel] = r.family
+        runs[r.kernel] += 1
+        devices[r.kernel].add(r.device)
+        sms[r.kernel] = max(sms[r.kernel], r.sm_count)
+        times = cublas.get(_baseline_key(r))
+        if times:
+            ratios[r.kernel].append(r.tflops / _nearest(times, r.created_at).tflops)
+    found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
+                    tuple(sorted(devices[k])), sms[k]) for k in fastest]
+    return sorted(found, key=Ranked.key, reverse=True)
+
+
+def wanted(precision: str, family: str | None = None, variant: Variant = Variant(),
+           batch_count: int | None = None) -> str:
+    """What a ranking looked for, in words, for the messages that say nothing was found:
+    ``hopper fp16 (nt fp16 none none strided) kernel measured at a batch of 8``."""
+    what = f"{family} {precision}" if family else precision
+    if variant != Variant():
+        what += f" ({variant.text})"
+    return what + " kernel" + (f" measured at a batch of {batch_count}" if batch_count is not None else "")
+
+
+def best(db, precision: str, shape: Shape, arch: Arch, family: str | None = None,
+         variant: Variant = Variant(), batch_count: int | None = None) -> Ranked | None:
+    """The best stored kernel at ``shape`` (see :func:`ranked`), or None where none is verified."""
+    found = ranked(db, precision, shape, arch, family, variant, batch_count)
+    return found[0] if found else None

@@ -1,0 +1,168 @@
+"""nn.Linear through a gemmgen launcher: :class:`Linear` (nn.Linear's parameters and state_dict,
+its forward a GemmOp of trans nt), :func:`patch`, which swaps a model's nn.Linear modules for it
+where a launcher serves them, and :func:`linear_refusal`, which says why one cannot.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from gemmgen.errors import InvalidParameter
+from gemmgen.torch.checks import TensorError
+from gemmgen.torch.op import GemmOp
+
+_LINEAR_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None:
+    """Why ``op`` cannot compute nn.Linear's forward for a layer of ``dtype`` with a bias
+    (``has_bias``) or without one, or None where it can: F.linear(x, weight, bias) is op(x, weight,
+    bias=bias) for a one-product launcher of trans nt (weight N x K as stored), no activation, A, B
+    and C of the layer's dtype (bf16 or fp16), and a bias per column where the layer has one."""
+    v, emit = op.variant, "gemmgen emit ... --trans nt --out"
+    if v.batched:
+        return f"{op.path.name} is batched (variant {v.text}); nn.Linear needs a launcher of one product per launch"
+    if dtype not in _LINEAR_DTYPES:
+        return f"the layer is {dtype}; gemmgen.torch.Linear takes torch.bfloat16 or torch.float16 layers"
+    if op.dtype != dtype or op.out_dtype != dtype:
+        return (f"the layer is {dtype}, and {op.path.name} takes {op.dtype} and writes {op.out_dtype} (variant {v.text}): "
+                f"F.linear reads and writes the layer's dtype ({emit} {op.precision} for {op.dtype} layers)")
+    if v.trans != "nt":
+        return (f"{op.path.name} takes B as trans={v.trans} stores it; nn.Linear keeps its weight N x K "
+                f"(trans=nt: {emit} {v.out})")
+    if v.act != "none":
+        return f"{op.path.name} applies {v.act} after the product; nn.Linear applies none (--act none)"
+    want = "col" if has_bias else "none"
+    if v.bias != want:
+        what = "has a bias, one per output feature (--bias col)" if has_bias else "has no bias (--bias none)"
+        return f"the layer {what}, and {op.path.name} adds {'none' if v.bias == 'none' else 'one per ' + v.bias}"
+    return None
+
+
+class Linear(torch.nn.Linear):
+    """nn.Linear whose forward is gemmgen's launcher ``op``: y = x @ weight.T + bias, bf16 or fp16,
+    computed by op(x, weight, bias=bias) with x seen as a (-1, in_features) matrix.
+
+    The parameters are nn.Linear's (``weight`` (out_features, in_features), ``bias``
+    (out_features,) or None), so state_dict and load_state_dict match nn.Linear's, both ways; ``op``
+    is no parameter or buffer. ``op`` must serve the layer (:func:`linear_refusal`): trans nt, no
+    activation, A, B and C of the layer's dtype, a column bias where the layer has a bias and none
+    where it has not; InvalidParameter (the reason) otherwise. x: any shape (..., in_features) of
+    the layer's dtype on a CUDA device; where its rows are not contiguous it is copied first (as
+    F.linear accepts it). Inference only: there is no backward (under torch.no_grad() or
+    torch.inference_mode(), or with parameters that do not require grad). torch.compile traces the
+    forward to the registered operator, and CUDA graphs capture it (GemmOp)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 op: GemmOp):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self._serve(op)
+
+    def _serve(self, op: GemmOp) -> None:
+        if not isinstance(op, GemmOp):
+            raise InvalidParameter(f"op must be a gemmgen.torch.GemmOp (gemmgen.torch.load(...)), not {type(op).__name__}")
+        why = linear_refusal(op, self.weight.dtype, self.bias is not None)
+        if why is not None:
+            raise InvalidParameter(f"{op.path.name} cannot compute this Linear: {why}")
+        self.op = op
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, op: GemmOp) -> "Linear":
+        """A Linear computing ``module`` (an nn.Linear) through ``op``, holding the same Parameter
+        objects (no copy: tied weights stay tied) and in the same training mode; ``module``'s hooks
+        are not carried over. InvalidParameter as the constructor."""
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = module.in_features, module.out_features
+        new.weight = module.weight
+        if module.bias is None:
+            new.register_parameter("bias", None)
+        else:
+            new.bias = module.bias
+        new._serve(op)
+        new.train(module.training)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise TensorError(f"x has shape {tuple(x.shape)}; this Linear takes (..., {self.in_features}): "
+                              f"{self.in_features} features in the last dimension")
+        rows = x.reshape(-1, self.in_features)
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        # alpha and beta given as literals: torch.compile(dynamic=True) would make the defaults graph inputs
+        return self.op(rows, self.weight, None, alpha=1.0, beta=0.0, bias=self.bias).view(*x.shape[:-1],
+                                                                                          self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, op={self.op!r}"
+
+
+@dataclass
+class PatchReport:
+    """What :func:`patch` did: ``swapped``, the names (as named_modules gives them) of the
+    nn.Linear modules it replaced by gemmgen.torch.Linear; ``left``, name -> why, of those it left.
+    ``str()`` lists both."""
+
+    swapped: list[str] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"swapped {len(self.swapped)} nn.Linear module(s) for gemmgen.torch.Linear"
+                 + (": " + ", ".join(self.swapped) if self.swapped else "")]
+        lines.append(f"left {len(self.left)}" + (":" if self.left else ""))
+        lines.extend(f"  {name or '(the model)'}: {why}" for name, why in self.left.items())
+        return "\n".join(lines)
+
+
+def patch(model: torch.nn.Module, dispatcher) -> PatchReport:
+    """Replace, in place, each nn.Linear module of ``model`` that ``dispatcher`` serves by a
+    gemmgen.torch.Linear through it (:meth:`Linear.from_linear`: the same parameters); return
+    the report of what was swapped and why the others were left.
+
+    ``dispatcher``: a GemmOp (gemmgen.torch.load of an `emit --dispatch` file, or of one kernel),
+    or a sequence of them, where each module takes the first that serves it (e.g. one without and
+    one with a column bias). A module is swapped where it is an nn.Linear itself (not a subclass,
+    whose forward may differ, nor already a gemmgen Linear), its weight is on a CUDA device, and a
+    GemmOp serves its dtype and bias (:func:`linear_refusal` says why not). A module reached under
+    several names is swapped once and appears under each. Raises InvalidParameter where
+    ``dispatcher`` holds no GemmOp or something else."""
+    ops = [dispatcher] if isinstance(dispatcher, GemmOp) else list(dispatcher) if isinstance(dispatcher, (list, tuple)) \
+        else None
+    if not ops or not all(isinstance(op, GemmOp) for op in ops):
+        raise InvalidParameter(f"dispatcher must be a gemmgen.torch.GemmOp (gemmgen.torch.load(...)) or a list of them, "
+                               f"not {dispatcher!r}")
+    report, made = PatchReport(), {}
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        new = made.get(id(module))
+        if new is None:
+            why = _unswappable(name, module, ops)
+            if isinstance(why, str):
+                report.left[name] = why
+                continue
+            new = made[id(module)] = why
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, new)
+        report.swapped.append(name)
+    return report
+
+
+def _unswappable(name: str, module: torch.nn.Linear, ops: list[GemmOp]) -> "str | Linear":
+    """patch's judgement of one nn.Linear: why it stays (a string), or its gemmgen Linear."""
+    if isinstance(module, Linear):
+        return "already a gemmgen.torch.Linear"
+    if type(module) is not torch.nn.Linear:
+        return f"a subclass of nn.Linear ({type(module).__name__}), whose forward may not be F.linear's"
+    if name == "":
+        return "the model itself is an nn.Linear, which patch cannot replace in place: use Linear.from_linear(model, op)"
+    if module.weight.device.type != "cuda":
+        return f"its weight is on {module.weight.device}; gemmgen kernels run on CUDA devices: move the model first"
+    whys = []
+    for op in ops:
+        why = linear_refusal(op, module.weight.dtype, module.bias is not None)
+        if why is None:
+            return Linear.from_linear(module, op)
+        whys.append(why)
+    return "; ".join(dict.fromkeys(whys))
