@@ -4,6 +4,7 @@ and warp apply it at their one store, after the split-K reduction), that they co
 spilling, the host reference and the tolerance it adds, and cuBLASLt's coverage."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from conftest import assert_compiles_without_spills, build_all
 from gemmgen.codegen.render import render_kernel
 from gemmgen.describe import tolerance
 from gemmgen.describe.config import make_config
-from gemmgen.describe.problem import ACTIVATIONS, BIASES, Variant
+from gemmgen.describe.problem import ACTIVATIONS, BIASES, FIELD, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.measure import verify
 from gemmgen.measure.cublaslt import supported
@@ -121,9 +122,10 @@ def _kernel_body(source: str) -> str:
 
 @pytest.mark.parametrize("family, precision, params", EPILOGUE_POINTS, ids=_point_ids(EPILOGUE_POINTS))
 def test_mma_and_warp_apply_the_epilogue_once_at_the_store(family, precision, params):
-    """The bias comes right after C; each thread loads its bias values in one place, before its
-    stores; every store applies the epilogue, and where there is split-K only after the
-    reduction (gg_splitk_reduce itself never sees it): partial sums never go through it."""
+    """The bias comes right after C; each thread loads its bias values in one place (bias_of), before
+    its stores, along the bias's dimension; every store applies the epilogue, and where there is
+    split-K only after the reduction (gg_splitk_reduce itself never sees it): partial sums never go
+    through it."""
     config = make_config(family, params, precision)
     v, ct = config.variant, config.output_type
     source = render_kernel(config)
@@ -134,23 +136,26 @@ def test_mma_and_warp_apply_the_epilogue_once_at_the_store(family, precision, pa
         assert f"{ct}* __restrict__ C, const {ct}* __restrict__ bias, const gg_workspace ws)" in source
         assert f"float beta, {ct}* C, const {ct}* bias, cudaStream_t stream)" in source
         assert body.count("gg_bias_value(bias") == 1
-        index, count = ("row", "M") if v.bias == "row" else ("col0", "N")  # of M rows, or N columns
-        load = body.split("gg_bias_value(bias, ")[1].split(";")[0]
-        assert load.startswith(index) and load.endswith(f", {count})"), load
+        assert "auto bias_of = [&](int i, int n) -> float { return gg_bias_value(bias, i, n); };" in body
+        loads = re.findall(r"bias_of\(([^;]*), ([MN])\)", body)  # of M rows (ROW_BIAS), or N columns
+        assert len(loads) == 2 and {count for _, count in loads} == {"M", "N"}, loads
     else:
         assert "const float* bias" not in source and "gg_bias_value(bias" not in body
-    stores = [i for i in range(len(body)) if body.startswith(("gg_store_c<", "store_c16(mma_int"), i)]
+    assert f"ROW_BIAS = {str(v.bias == 'row').lower()}, COL_BIAS = {str(v.bias == 'col').lower()}" in body
+    for key in ("bias", "act"):
+        field = FIELD[key]
+        assert f"constexpr {field.cpp_type} {field.cpp_const} = {field.cpp_name(getattr(v, key))};" in source
+    stores = [m.start() for m in re.finditer(r"gg_store_c<|store_c\(std::integral_constant|bias_of\(", body)]
     assert stores
-    if ct == "float":
-        assert "gg_bias_act(alpha * acc[i] + beta * out[i]" in source  # gg_store_c: the sum first, then bias and act
-    else:
-        assert "out[e] = gg_bias_act(out[e], " in body  # store_c16, in fp32 before the one rounding
+    assert "gg_bias_act(alpha * acc[i] + beta * out[i]" in source  # gg_store_c: the sum first, then bias and act
+    if family == "mma":  # 16-bit C: in fp32 before the one rounding
+        assert "auto epilogue = [](float x, float b) -> float { return gg_bias_act(x, b); };" in body
+        assert "out[e] = epilogue(out[e], " in body
     reduce_helper = source.split("GG_DEVICE bool gg_splitk_reduce")[1].split("\n}\n")[0]
     assert "gg_bias_act" not in reduce_helper and "gg_activate" not in reduce_helper
-    if config.geometry.split_k > 1:
-        reduce = body.index("gg_splitk_reduce<")
-        assert all(i > reduce for i in stores) and body.index("gg_bias_act" if ct != "float" else "gg_store_c<") > reduce
-        assert body.count("gg_splitk_reduce<") == 1
+    reduce = body.index("gg_splitk_reduce<")
+    assert all(i > reduce for i in stores)
+    assert body.count("gg_splitk_reduce<") == 1
 
 
 @pytest.mark.parametrize("family, precision, params", [("mma", "fp16", MMA), ("mma", "tf32", {**MMA_TF32, "trans": "tn"}),
@@ -160,7 +165,8 @@ def test_mma_and_warp_without_an_epilogue_have_no_epilogue_code(family, precisio
     source = render_kernel(make_config(family, params, precision))
     assert "gg_bias_act" not in source and "gg_activate" not in source
     assert "bias" not in _kernel_body(source).split("{", 1)[0]  # the kernel's parameters
-    assert "float row_bias" not in source and "const float* col_bias" not in source
+    assert "bool vec_ok)\n" in source  # gg_store_c takes no bias value
+    assert "ROW_BIAS = false, COL_BIAS = false" in source
 
 
 @pytest.mark.slow

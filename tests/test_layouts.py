@@ -7,16 +7,19 @@ checks (the float64 reference and the baseline) read A and B as each layout stor
 tests/test_gpu_layouts.py runs them."""
 
 import ctypes
+import re
+import subprocess
 
 import numpy as np
 import pytest
 from conftest import assert_compiles_without_spills, build_all
 
+from gemmgen.build.nvcc import find_tool
 from gemmgen.codegen.render import render_kernel
 from gemmgen.describe.config import make_config
 from gemmgen.describe.points import resolve_point
 from gemmgen.describe.problem import LAYOUTS, Shape, Variant
-from gemmgen.errors import InvalidPoint
+from gemmgen.errors import InvalidPoint, ToolNotFound
 from gemmgen.measure import verify
 
 MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
@@ -100,45 +103,39 @@ def test_shared_memory_does_not_grow_with_the_layout():
 
 # ---- the emitted source ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("trans, a_load, b_load", [
-    ("nn", "gg_ldmatrix_x4(af[buf][i], as + a_frag(i, s));", "gg_ldmatrix_x4_trans(r, bs + b_frag(s, j));"),
-    ("nt", "gg_ldmatrix_x4(af[buf][i], as + a_frag(i, s));", "gg_ldmatrix_x4(r, bs + b_frag(s, j));"),
-    ("tn", "gg_ldmatrix_x4_trans(r, as + a_frag(i, s));", "gg_ldmatrix_x4_trans(r, bs + b_frag(s, j));"),
-    ("tt", "gg_ldmatrix_x4_trans(r, as + a_frag(i, s));", "gg_ldmatrix_x4(r, bs + b_frag(s, j));"),
-])
-def test_mma_16_bit_fragments_follow_the_stored_layout(trans, a_load, b_load):
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+@pytest.mark.parametrize("trans", LAYOUTS)
+def test_mma_renders_the_stored_layout_for_its_cpp_to_follow(trans):
+    """The kernel reads A and B as stored: the layout is two C++ constants (A_T, B_T) that choose
+    the code (the instructions each layout gets: test_mma_reads_each_layout_with_its_instructions),
+    the leading dimensions, and the packing of A and B as stored, in the kernel and the launcher."""
     config = make_config("mma", {**MMA, "trans": trans}, "bf16")
     source = render_kernel(config)
     body = kernel_body(source, config.name)
-    assert a_load in body and b_load in body
+    a_t, b_t = (_bool(t == "t") for t in trans)
+    assert f"constexpr bool A_T = {a_t}, B_T = {b_t};" in body
+    # 16-bit tiles: ldmatrix for all
+    assert f"A_KC = {_bool(trans[0] == 'n')}, B_KC = {b_t}, SWAP = false, A_PAIRS = false, B_PAIRS = false;" in body
     assert f'return "{trans} fp32' in source  # the launcher says what it computes
-    # leading dimensions of A and B as stored, and the launcher's packing plan of B as stored
-    assert f"int lda = {'M' if trans[0] == 't' else 'K'}, ldb = {'K' if trans[1] == 't' else 'N'};" in body
-    a_t, b_t = ("true" if t == "t" else "false" for t in trans)
-    if trans != "nn":  # the packed copies of A and B as stored
-        assert f"gg_packed_operands<VEC, T, {b_t}, {a_t}>(M, N, K, A, B, ws.packed, a_op, lda, b_op, ldb);" in body
+    assert "int lda = A_T ? M : K, ldb = B_T ? K : N;" in body  # leading dimensions of A and B as stored
+    assert "gg_packed_operands<VEC, T, B_T, A_T>(M, N, K, A, B, ws.packed, a_op, lda, b_op, ldb);" in body
     plan = f"gg_pack_plan<8, __nv_bfloat16, {b_t}{', true' if trans[0] == 't' else ''}>(M, N, K, A, B, a_bytes, b_bytes);"
     assert source.count(plan) == 2  # the launcher's plan and the pack kernel's
     assert f"(ws), A, {'K, M' if trans[0] == 't' else 'M, K'});" in source
 
 
-@pytest.mark.parametrize("trans", ["nt", "tn", "tt"])
-def test_tf32_fragments_for_each_layout(trans):
+@pytest.mark.parametrize("trans", LAYOUTS)
+def test_tf32_chooses_its_fragments_for_each_layout(trans):
     """tf32: K-contiguous tiles through ldmatrix (32-bit elements as pairs of 16-bit ones), tiles
-    stored K-major through 8-byte loads of column pairs (ldmatrix cannot transpose them), never
-    ldmatrix.trans; the epilogue stores the permuted rows and columns in place."""
+    stored K-major through 8-byte loads of column pairs (PAIRS: ldmatrix cannot transpose them), and
+    nn as C^T = B^T A^T (SWAP); the epilogue stores the permuted rows and columns in place."""
     config = make_config("mma", {**MMA_TF32, "trans": trans}, "tf32")
     body = kernel_body(render_kernel(config), config.name)
-    assert "ldmatrix_x4_trans" not in body
-    a_pairs, b_pairs = trans[0] == "t", trans[1] == "n"
-    assert ("a_frag(s, half, i)" in body) == a_pairs and ("b_frag(s, half, j)" in body) == b_pairs
-    assert ("gg_ldmatrix_x4(af[buf][i]" in body) == (not a_pairs) and ("gg_ldmatrix_x4(r, bs" in body) == (not b_pairs)
-    if trans == "tn":  # both permuted: a 2 x 4 block of C per thread and tile pair, float4 stores
-        assert "gg_store_c<4>(C, N, M, N, row, col, lo, alpha, beta, c_vec);" in body
-    elif trans == "tt":  # rows 2g, 2g + 1
-        assert "gg_store_c<2>(C, N, M, N, row + 1, col, &acc[i][j][2], alpha, beta, c_vec);" in body
-    else:
-        assert "gg_store_c<2>(C, N, M, N, row + 8, col, &acc[i][j][2], alpha, beta, c_vec);" in body
+    swap, a_pairs, b_pairs = (_bool(f) for f in (trans == "nn", trans[0] == "t", trans[1] == "n"))
+    assert f"SWAP = {swap}, A_PAIRS = {a_pairs}, B_PAIRS = {b_pairs};" in body
 
 
 def test_mma_16_bit_c():
@@ -146,29 +143,23 @@ def test_mma_16_bit_c():
     source = render_kernel(config)
     body = kernel_body(source, config.name)
     assert "float beta, __nv_bfloat16* __restrict__ C" in source and 'return "tn bf16' in source
-    assert "gg_pack2<__nv_bfloat16>(out[2 * e], out[2 * e + 1])" in body  # two elements, one rounding each
+    assert "using CT = __nv_bfloat16;" in body and "C16 = sizeof(CT) == 2;" in body
+    assert "gg_pack2<CT>(out[2 * e], out[2 * e + 1])" in body  # two elements, one rounding each
     assert "out[e] += beta * gg_to_float(old[e]);" in body  # beta * C read in C's type
-    assert "store_c16(mma_int<2>{}, row, col, &acc[i][j][0], c_vec);" in body
     assert "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in body  # fp32 partials
-    assert "gg_store_c" not in body
     plain = kernel_body(render_kernel(make_config("mma", MMA, "fp16")), "mma_128x128x32_w2x2_s3_f2_fp16")
-    assert "store_c16" not in plain and "gg_store_c<2>(C, N, M, N, row + 8, col, &acc[i][j][2], alpha, beta, c_vec);" in plain
+    assert "using CT = float;" in plain
 
 
-@pytest.mark.parametrize("trans, a_load, b_load", [
-    ("nt", "gg_load<4>(ra[i], A, K, M, K, row0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, a_vec);",
-     "gg_load<4>(rb[i], B, K, N, K, col0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, b_vec);"),
-    ("tn", "gg_load<4>(ra[i], A, M, K, M, k0 + idx / (BM / 4), row0 + idx % (BM / 4) * 4, a_vec);",
-     "gg_load<4>(rb[i], B, N, K, N, k0 + idx / (BN / 4), col0 + idx % (BN / 4) * 4, b_vec);"),
-    ("tt", "gg_load<4>(ra[i], A, M, K, M, k0 + idx / (BM / 4), row0 + idx % (BM / 4) * 4, a_vec);",
-     "gg_load<4>(rb[i], B, K, N, K, col0 + idx / (BK / 4), k0 + idx % (BK / 4) * 4, b_vec);"),
-])
-def test_warp_loads_each_operand_along_its_stored_rows(trans, a_load, b_load):
+@pytest.mark.parametrize("trans", LAYOUTS)
+def test_warp_renders_the_stored_layout_for_its_cpp_to_follow(trans):
+    """The layout is two C++ constants, which choose each operand's float4 loads along its rows as
+    stored and whether its stores into shared memory transpose
+    (test_warp_transposes_the_operands_whose_rows_run_along_k)."""
     config = make_config("warp", {**WARP, "trans": trans}, "fp32")
     body = kernel_body(render_kernel(config), config.name)
-    assert a_load in body and b_load in body
-    assert ("Bs[(buf * BK + c + q) * LDB + r] = rb[i][q];" in body) == (trans[1] == "t")
-    assert ("As[(buf * BK + c + q) * LDA + r] = ra[i][q];" in body) == (trans[0] == "n")
+    assert f"constexpr bool A_T = {_bool(trans[0] == 't')}, B_T = {_bool(trans[1] == 't')};" in body
+    assert "const bool a_vec = (A_T ? M : K) % 4 == 0" in body and "const bool b_vec = (B_T ? K : N) % 4 == 0" in body
 
 
 # ---- every new variant compiles without spilling ----------------------------------------------------
@@ -213,6 +204,47 @@ def compiled():
 def test_variant_compiles_without_spills(compiled, key):
     config, result = compiled[key]
     assert_compiles_without_spills(config, result)
+
+
+def _kernel_sass(config, result) -> str:
+    """The SASS of config's GEMM kernel (nvdisasm); skips the test where nvdisasm is not installed."""
+    try:
+        tool = find_tool("nvdisasm")
+    except ToolNotFound:
+        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
+    assert result.ok, result.log
+    sass = subprocess.run([tool, str(result.cubin)], capture_output=True, text=True, check=True).stdout
+    start = sass.index(f".text.{config.name}:")
+    end = sass.find(".text.", start + 1)
+    return sass[start:end if end > 0 else len(sass)]
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.parametrize("key", sorted(k for k in COMPILED if k.startswith("mma-")))
+def test_mma_reads_each_layout_with_its_instructions(compiled, key):
+    """A K-contiguous tile is read with ldmatrix (LDSM.16.M88.4); a 16-bit tile stored K-major with
+    ldmatrix.trans (LDSM.16.MT88.4); a tf32 one with 8-byte loads of column pairs (LDS.64)."""
+    config, result = compiled[key]
+    sass = _kernel_sass(config, result)
+    k_major = "LDS.64" if config.precision == "tf32" else "LDSM.16.MT88.4"
+    a_t, b_t = config.variant.a_transposed, config.variant.b_transposed
+    used = {k_major if a_t else "LDSM.16.M88.4", "LDSM.16.M88.4" if b_t else k_major}
+    for instruction in ("LDSM.16.M88.4", "LDSM.16.MT88.4", "LDS.64"):
+        assert (instruction in sass) == (instruction in used), (key, instruction)
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.parametrize("key", sorted(k for k in COMPILED if k.startswith("warp-")))
+def test_warp_transposes_the_operands_whose_rows_run_along_k(compiled, key):
+    """An operand whose rows run along K as stored (A of nn/nt, B of nt/tt) goes into shared
+    memory one float at a time (STS), transposed; the others as loaded, a float4 at a time (STS.128)."""
+    config, result = compiled[key]
+    sass = _kernel_sass(config, result)
+    transposed = (not config.variant.a_transposed) + config.variant.b_transposed
+    assert bool(re.search(r"\bSTS\s", sass)) == (transposed > 0), key
+    assert ("STS.128" in sass) == (transposed < 2), key
 
 
 # ---- the checks' cuBLAS calls read each layout as stored -----------------------------------------

@@ -58,8 +58,8 @@ def test_source_uses_the_precisions_instruction(precision, instruction):
 def test_frags_one_does_not_double_buffer():
     one = render_kernel(make_config("mma", {**DEFAULT, "frags": 1}, "fp16"))
     two = render_kernel(make_config("mma", DEFAULT, "fp16"))
-    assert "constexpr bool DB = false && !STAGE_IN_REGS;" in one
-    assert "constexpr bool DB = true && !STAGE_IN_REGS;" in two
+    assert "STAGES = 3, FRAGS = 1;" in one and "STAGES = 3, FRAGS = 2;" in two
+    assert "constexpr bool DB = FRAGS == 2 && !STAGE_IN_REGS;" in one
 
 
 VARIANTS = [
@@ -103,9 +103,10 @@ def test_split_k_joins_the_name_grid_and_workspace_only_above_1():
     assert make_config("mma", {**DEFAULT, "split_k": 1}, "bf16").name == "mma_128x128x32_w2x2_s3_f2_bf16"
     assert split.geometry.split_k == 4
     source = render_kernel(split)
-    assert "gg_splitk_range<BK>(K, k_begin, k_end);" in source
-    assert "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in source
-    assert "gg_splitk_reduce" not in render_kernel(make_config("mma", DEFAULT, "bf16")).split("extern \"C\"")[1]
+    assert "THREADS = 128, SPLIT_K = 4;" in source
+    assert "if constexpr (SPLIT_K > 1)\n        gg_splitk_range<BK>(K, split_begin, split_end);" in source
+    assert "if constexpr (SPLIT_K > 1) {" in source and "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in source
+    assert "THREADS = 128, SPLIT_K = 1;" in render_kernel(make_config("mma", DEFAULT, "bf16"))
 
 
 def test_needs_sm80():

@@ -144,13 +144,15 @@ def test_split_and_swizzle_code_only_where_asked():
         return {int(g) for g in re.findall(r"gg_(?:block_swizzle\(|tile_origin<BM, BN, )(\d+)", source)} - {1}
 
     plain = body(resolve_point("v4"))
-    assert "gg_splitk" not in plain and not groups(plain)
+    assert "SPLIT_K = 1;" in plain and not groups(plain)  # C++ leaves out the split-K code (if constexpr)
     split = body(warp(split_k=4))
-    assert "gg_splitk_range<BK>(K, k_begin, k_end);" in split
-    assert "if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n        return;" in split
+    assert "SPLIT_K = 4;" in split
+    assert "if constexpr (SPLIT_K > 1)\n        gg_splitk_range<BK>(K, split_begin, split_end);" in split
+    assert "if constexpr (SPLIT_K > 1) {" in split
+    assert "if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n            return;" in split
     assert not groups(split)
     swizzled = body(warp(swizzle=8))
-    assert groups(swizzled) == {8} and "gg_splitk" not in swizzled
+    assert groups(swizzled) == {8} and "SPLIT_K = 1;" in swizzled
 
 
 def test_common_helpers_keep_their_signatures():

@@ -39,10 +39,10 @@ as fp32, fp16 or bf16 (the variant's ``out``): accumulation, split-K partials an
 fp32 (C read in its type), rounded once at the store.
 
 Epilogue (the variant's ``bias`` and ``act``): C = act(alpha * acc + beta * C + bias) in fp32
-registers right before that rounding (gg_store_c, or store_c16 for 16-bit C), after the split-K
-reduction where there is one, so only the final sum goes through it; the packing and the null
-workspace path change how A and B are read, not the store. A thread loads each bias value it
-needs once: its stores walk the tiles along the bias's dimension in the outer loop.
+registers right before that rounding (gg_store_c; the kernel's store_c for 16-bit C), after the
+split-K reduction where there is one, so only the final sum goes through it; the packing and the
+null workspace path change how A and B are read, not the store. A thread loads each bias value
+it needs once: its stores walk the tiles along the bias's dimension in the outer loop.
 """
 
 from gemmgen.describe.dtypes import PRECISIONS
