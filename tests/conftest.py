@@ -153,6 +153,9 @@ def slow_after(count: int, cases: list) -> list:
 
 # ---- test points ---------------------------------------------------------------------------------
 
+# a small mma tile (64 x 64, 2 x 2 warps): the batched GPU tests' points start from it
+SMALL_MMA = {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
+
 FASTGEMM_SEED = {"BM": 24, "BN": 512, "BK": 8, "THREADS": 128, "AV": 24, "KC": 1, "preload": 1}
 # fastgemm points that exercise each part of its template: the wiki's point (C updated in shared
 # memory at every k step); sums kept in registers for a whole K tile; no preloading; two thread

@@ -6,7 +6,7 @@ drop-in modules: gemmgen.torch.Linear's state_dict against nn.Linear's, and patc
 
 No library is loaded: a GemmOp here wraps a stand-in launcher that has only what a GemmOp reads
 (precision, variant, name) and no launch functions, so any call that reached the launcher would
-fail. The GPU twin, tests/test_gpu_torch_graphs.py, runs the same on real kernels.
+fail. The GPU twin, tests/pytorch/test_gpu_torch_graphs.py, runs the same on real kernels.
 """
 
 import copy

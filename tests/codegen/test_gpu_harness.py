@@ -1,6 +1,6 @@
 """On the GPU: the --harness programs of problem variants pass, and catch planted bugs.
 
-tests/test_harness.py's POINTS (hopper, mma and warp; every layout, 16-bit C, a bias by row and by
+tests/codegen/test_harness.py's POINTS (hopper, mma and warp; every layout, 16-bit C, a bias by row and by
 column, ReLU, GELU and SiLU) and DISPATCHERS (two kernels of one variant, a shape each), built
 with nvcc as their headers say, report PASS for both checks at odd, thin and aligned shapes. A
 program whose kernel computes another variant than its harness checks (the activation, the bias,

@@ -5,12 +5,12 @@ and stride 0 (one A, B or bias for the whole batch), every layout, fp16/bf16 C, 
 activation, split-K, misaligned pointers and beta = 0 into a NaN-poisoned C: every matrix of the
 batch against its float64 reference, and the padding between C's matrices untouched. Also
 batch = 0 (nothing written) and the launcher's refusals. (`bench --batch` against the
-batched cuBLAS baselines: tests/test_gpu_measure_batched.py.) The calls and their check are
+batched cuBLAS baselines: tests/measure/test_gpu_measure_batched.py.) The calls and their check are
 conftest's batched_calls and check_batched_call."""
 
 import numpy as np
 import pytest
-from conftest import batched_calls, build_all, check_batched_call
+from conftest import SMALL_MMA, batched_calls, build_all, check_batched_call
 
 from gemmgen.config import make_config
 
@@ -18,7 +18,6 @@ pytestmark = pytest.mark.gpu
 
 BENCH_SEED = 5
 
-SMALL_MMA = {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
 POINTS = {
     "mma_fp16_nn": ("mma", "fp16", {}),
     "mma_fp16_nt_ofp16_bcol_gelu": ("mma", "fp16", {**SMALL_MMA, "trans": "nt", "out": "fp16", "bias": "col",

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / ".ci" / "run"
 SHELL_LANGS = {"sh", "bash", "shell", "zsh", "console", "shell-session", "shellsession"}
 KINDS = {"sh": "sh", "sh gpu": "gpu", "sh slow": "slow", "console": "console"}
@@ -286,11 +286,11 @@ def test_no_untested_commands(doc):
             continue
         assert lang not in SHELL_LANGS, (f"{block.where}: a ```{block.info} block: shell commands go in ```sh "
                                          "(no GPU), ```sh slow, ```sh gpu or ```console blocks, which "
-                                         "tests/test_docs.py runs")
+                                         "tests/cli/test_docs.py runs")
         if not lang:
             shellish = [line for line in block.lines if SHELL_WORDS.match(line)]
             assert not shellish, (f"{block.where}: an untagged block with commands ({shellish[0].strip()!r}): "
-                                  "tag it ```sh, ```sh gpu or ```console so that tests/test_docs.py runs it, or "
+                                  "tag it ```sh, ```sh gpu or ```console so that tests/cli/test_docs.py runs it, or "
                                   "```text if it is not a command")
 
 

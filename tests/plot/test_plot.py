@@ -1,7 +1,7 @@
 """`gemmgen plot` on the shipped results (a copy of results/h100.db, never the file itself), without
 a GPU: each kind's numbers against the database and gemmgen.best, each picture as PNG and SVG
 (the SVG keeps its text, so the numbers drawn are read back), the user errors, and
-optuna-dashboard on the shipped studies (tests/test_docs.py runs the commands of docs/plots.md)."""
+optuna-dashboard on the shipped studies (tests/cli/test_docs.py runs the commands of docs/plots.md)."""
 
 import io
 import json
@@ -39,7 +39,7 @@ from gemmgen.points import NAMED_POINTS
 from gemmgen.problem import Shape
 from gemmgen.suite import SUITE_PRECISIONS, SUITE_SHAPES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DB = ROOT / "results" / "h100.db"
 DOC = ROOT / "docs" / "plots.md"
 STUDY = "hopper-fp16-sm_90-1000x1000x1000"  # 500 trials, the README's history

@@ -1,5 +1,5 @@
 """The problem variant without a GPU: names gain parts only away from (nn, fp32) (they parse back:
-tests/test_config.py), families that do not compute a variant refuse it in one line, the hopper source for B stored
+tests/describe/test_config.py), families that do not compute a variant refuse it in one line, the hopper source for B stored
 N x K and 16-bit C says so (TMA map, transpose bits, C type), the tolerance grows by the store's
 rounding only for 16-bit C, and the policy never ranks a kernel of another variant."""
 

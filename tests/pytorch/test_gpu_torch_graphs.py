@@ -14,7 +14,7 @@
   compiled, and captured; state_dict both ways.
 
 Every kernel is emitted here and loaded with gemmgen.torch.load (built by nvcc for its target), as
-tests/test_gpu_torch.py does. The stream-K kernels (hopper) need sm_90; the rest run on sm_80+.
+tests/pytorch/test_gpu_torch.py does. The stream-K kernels (hopper) need sm_90; the rest run on sm_80+.
 """
 
 import copy

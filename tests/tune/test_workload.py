@@ -26,7 +26,7 @@ from gemmgen.space import load_space
 from gemmgen.tune.workload import default_family, plan, tuning_order
 from gemmgen.workload import InvalidWorkload, load_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD = """
 name = "tiny"
@@ -453,9 +453,9 @@ def test_tune_workload_refuses_options_that_disagree_with_its_variant(tmp_path, 
 
 
 def test_emit_dispatch_serves_the_workloads_variant(tmp_path, capsys):
-    from test_dispatch import NT_GELU, V_BIG, V_THIN, _stored_variant
+    from stored import NT_GELU, V_BIG, V_THIN, stored_variant
 
-    _, url = _stored_variant(tmp_path)
+    _, url = stored_variant(tmp_path)
     path = write(tmp_path, 'precisions = ["bf16"]\ntrans = "nt"\nout = "bf16"\nbias = "col"\nact = "gelu"\n'
                            '[[shape]]\nm = [16, 4096]\nn = 4096\nk = 4096\n')
     argv = ["emit", "--dispatch", "--workload", str(path), "--gpu", "sm_90", "--db", url]

@@ -1,5 +1,5 @@
 """Who tunes which shape when, on several GPUs (tune.schedule), without GPUs: the rules one by one,
-then the Llama-3-8B workload on 2, 4 and 8 simulated GPUs (tests/simulate.py: the real Schedule,
+then the Llama-3-8B workload on 2, 4 and 8 simulated GPUs (tests/tune/simulate.py: the real Schedule,
 drive() and seeding rule; modelled workers, compile pool and tuners on a simulated clock, with
 timings drawn like those measured on the H100). Run with -s to see the simulated runs' figures."""
 
@@ -13,7 +13,7 @@ from gemmgen.tune.schedule import Job, Schedule, Step, Usage, format_usage
 from gemmgen.tune.workload import hand_out_order, tuning_order
 from gemmgen.workload import load_workload
 
-LLAMA = Path(__file__).resolve().parents[1] / "workloads" / "llama3-8b.toml"
+LLAMA = Path(__file__).resolve().parents[2] / "workloads" / "llama3-8b.toml"
 TRIALS = 60  # per shape: what the shipped workload tunes ran (54-106 per shape)
 CORES_PER_GPU = 16  # the lent H100 and H200 machines: 16 CPU cores per GPU
 

@@ -19,7 +19,7 @@ from gemmgen.best import best, ranked
 from gemmgen.db import SCHEMA_VERSION, ResultsDB, ResultsDBError
 from gemmgen.problem import VARIANT_KEYS, Shape, Variant, variant_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "results" / "h100.db"
 SM90 = parse_arch("sm_90")
 H100 = dict(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619, driver_version="580",

@@ -15,7 +15,7 @@ from gemmgen.build import build_library
 from gemmgen.cli import main
 from gemmgen.points import resolve_point
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DB = ROOT / "results" / "h100.db"
 WORKLOAD = ROOT / "workloads" / "llama3-8b.toml"
 

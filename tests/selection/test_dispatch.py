@@ -7,7 +7,7 @@ import time
 
 import pytest
 from conftest import launcher_of
-from test_suite import store
+from stored import CUBE, NT_GELU, SKINNY, V_BIG, V_THIN, store, stored_variant
 
 from gemmgen.arch import parse_arch
 from gemmgen.build import build_library
@@ -22,7 +22,7 @@ from gemmgen.runtime import Launcher, ShapeRefused
 
 SM90 = parse_arch("sm_90")
 BIG, MID, THIN = "hopper_128x256_c2_s4_g8_ov_fp16", "hopper_64x128_c1_s8_g4_fp16", "hopper_32x64_c1_s8_sw_fp16"
-CUBE, WIDE, SKINNY = Shape(4096, 4096, 4096), Shape(4096, 11008, 4096), Shape(16, 4096, 4096)
+WIDE = Shape(4096, 11008, 4096)
 SMALL = Shape(1024, 1024, 1024)
 
 
@@ -226,8 +226,6 @@ def test_emit_dispatch_errors_are_one_line_and_exit_2(capsys, argv, message):
 
 # ---- a dispatcher of one problem variant ----
 
-NT_GELU = Variant("nt", "bf16", "col", "gelu")
-V_BIG, V_THIN = "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu"
 # the same ABI as a single kernel of the variant: C of its type, then const CT* bias (nvcc checks it)
 ABI = """
 static cudaError_t (*const gg_abi_launch)(int, int, int, float, const __nv_bfloat16*, const __nv_bfloat16*, float,
@@ -240,22 +238,8 @@ extern "C" void* gg_abi_keep[] = {(void*)gg_abi_launch, (void*)gg_abi_plan, (voi
 """
 
 
-def _stored_variant(tmp_path):
-    """bf16 kernels of the default variant and of nt/bf16/col/gelu, each next to its variant's
-    cuBLAS; the default variant's score higher everywhere."""
-    url = f"sqlite:///{tmp_path / 'r.db'}"
-    db = ResultsDB(url)
-    for shape, kernel, ratio in ((CUBE, V_BIG, 1.02), (SKINNY, V_THIN, 1.04), (CUBE, V_THIN, 0.7)):
-        store(db, "cublas_bf16", "cublas", "bf16", shape, 100.0)
-        store(db, "hopper_128x256_c2_s4_g8_ov_bf16", "hopper", "bf16", shape, 130.0)
-        store(db, "cublas_bf16_nt_obf16_bcol_gelu", "cublas", "bf16", shape, 80.0)
-        store(db, kernel, "hopper", "bf16", shape, 80.0 * ratio)
-        time.sleep(0.002)
-    return db, url
-
-
 def test_a_variants_dispatcher_holds_only_kernels_of_it(tmp_path):
-    db, _ = _stored_variant(tmp_path)
+    db, _ = stored_variant(tmp_path)
     plan = plan_dispatch(db, "bf16", SM90, [CUBE, SKINNY], variant=NT_GELU)
     assert sorted(c.name for c in plan.kernels) == sorted([V_THIN, V_BIG]) and plan.variant == NT_GELU
     assert span_kernel(plan, 4096, 4096, 4096) == V_BIG and span_kernel(plan, 16, 4096, 4096) == V_THIN
@@ -279,7 +263,7 @@ def test_a_variants_dispatcher_holds_only_kernels_of_it(tmp_path):
 def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_path, build_cache):
     """nvcc builds it with a caller of the variant's signatures (a mismatch fails to compile); the
     library says its variant and precision, and picks by shape."""
-    db, url = _stored_variant(tmp_path)
+    db, url = stored_variant(tmp_path)
     plan = plan_dispatch(db, "bf16", SM90, [CUBE, SKINNY], variant=NT_GELU)
     build = build_library(render_dispatcher(plan, ["--dispatch"]) + ABI, plan.kernels[0].build_arch)
     assert build.ok, build.log
@@ -299,7 +283,7 @@ def test_a_variants_dispatcher_builds_with_the_variants_abi_and_exports_it(tmp_p
 
 
 def test_emit_dispatch_of_a_variant_from_the_cli(capsys, tmp_path):
-    _, url = _stored_variant(tmp_path)
+    _, url = stored_variant(tmp_path)
     argv = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "bf16", "--gpu",
             "sm_90", "--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "gelu", "--db", url]
     assert main(argv) == 0
@@ -313,7 +297,7 @@ def test_emit_dispatch_of_a_variant_from_the_cli(capsys, tmp_path):
     assert capsys.readouterr().out == captured.out  # the regenerate line reproduces the file
     assert main([*argv[:-2], "--act", "relu", "--db", url]) == 2
     assert "no verified bf16 (nt bf16 col relu) kernel stored for sm_90" in capsys.readouterr().err
-    assert main([*argv, "--harness"]) == 0  # what the harness then checks: tests/test_harness.py
+    assert main([*argv, "--harness"]) == 0  # what the harness then checks: tests/codegen/test_harness.py
 
 
 # ---- a dispatcher of a strided batch (batch=strided) ----

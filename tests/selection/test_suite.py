@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from stored import store
 
 from gemmgen.arch import parse_arch
 from gemmgen.db import ResultsDB
@@ -17,16 +18,6 @@ SM90 = parse_arch("sm_90")
 @pytest.fixture
 def db(tmp_path):
     return ResultsDB(f"sqlite:///{tmp_path / 'suite.db'}")
-
-
-def store(db, name, family, precision, shape, tflops, status="ok", batch_count=1):
-    """One fake measurement of ``name`` on an H100 (sm_90) at ``shape``; ``batch_count`` products
-    per launch (a batched kernel's or cuBLAS's rows)."""
-    device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
-                       driver_version="580", cuda_version="13.0")
-    kernel = db.kernel(name=name, family=family, precision=precision, arch="sm_90", params={})
-    db.record(kernel_id=kernel, device_id=device, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
-              status=status, tflops=tflops, median_ms=1.0, batch_count=batch_count)
 
 
 def test_the_suite_is_the_issue_list():

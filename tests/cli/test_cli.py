@@ -18,7 +18,7 @@ from gemmgen.families import FAMILIES
 from gemmgen.points import NAMED_POINTS, resolve_point
 from gemmgen.render import render_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_emit_writes_only_cuda_source(capsys):
@@ -151,7 +151,7 @@ def test_best_and_emit_best_follow_the_ratio_to_cublas_not_raw_tflops(capsys, tm
     that beat the cuBLAS run next to it by more; emit best writes the winner's source."""
     import time
 
-    from test_suite import store
+    from stored import store
 
     from gemmgen.db import ResultsDB
     from gemmgen.problem import Shape
@@ -388,7 +388,7 @@ def test_every_command_that_takes_a_variant_takes_the_same_four_options(command)
 
 
 def test_results_and_best_narrow_to_a_variant(capsys, tmp_path):
-    from test_suite import store
+    from stored import store
 
     from gemmgen.db import ResultsDB
     from gemmgen.problem import Shape

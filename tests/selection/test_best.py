@@ -3,7 +3,8 @@
 import time
 
 import pytest
-from test_suite import SM90, db, store  # noqa: F401 (db is a fixture)
+from stored import store
+from test_suite import SM90, db  # noqa: F401 (db is a fixture)
 
 from gemmgen.best import best, ranked, shape_distance
 from gemmgen.problem import Shape

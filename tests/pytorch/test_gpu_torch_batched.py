@@ -11,8 +11,7 @@ gives a BatchedGemmOp for it too, and its calls go to both kernels."""
 import random
 
 import pytest
-from test_gpu_batched import SMALL_MMA
-from conftest import table_plan
+from conftest import SMALL_MMA, table_plan
 
 torch = pytest.importorskip("torch")
 

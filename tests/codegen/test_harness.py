@@ -2,7 +2,7 @@
 adds reads A and B as the variant stores them, keeps C and the bias in C's type, applies the
 variant's epilogue in its float64 reference and judges by gemmgen/tolerance.py's numbers and
 gemmgen/verify.py's checks (rendered from them); single kernels and dispatchers of a variant
-compile and link with it. tests/test_gpu_harness.py runs these programs (POINTS, DISPATCHERS)."""
+compile and link with it. tests/codegen/test_gpu_harness.py runs these programs (POINTS, DISPATCHERS)."""
 
 import re
 
@@ -152,9 +152,9 @@ def test_a_dispatchers_harness_checks_its_variant():
 
 
 def test_emit_dispatch_harness_of_a_variant_from_the_cli(capsys, tmp_path):
-    from test_dispatch import V_BIG, V_THIN, _stored_variant
+    from stored import V_BIG, V_THIN, stored_variant
 
-    _, url = _stored_variant(tmp_path)
+    _, url = stored_variant(tmp_path)
     argv = ["emit", "--dispatch", "--shape", "4096", "--shape", "16x4096x4096", "--precision", "bf16", "--gpu",
             "sm_90", "--trans", "nt", "--out", "bf16", "--bias", "col", "--act", "gelu", "--db", url, "--harness"]
     assert main(argv) == 0

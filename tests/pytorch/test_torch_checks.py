@@ -1,5 +1,5 @@
 """gemmgen.torch's rules for tensors and targets (gemmgen.torch_checks), on plain values: no torch,
-no GPU. Each message is asserted with its text; tests/test_gpu_torch.py raises them through the
+no GPU. Each message is asserted with its text; tests/pytorch/test_gpu_torch.py raises them through the
 tensors themselves."""
 
 import re

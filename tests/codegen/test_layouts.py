@@ -1,10 +1,10 @@
 """Operand layouts (trans nt, tn, tt) of the mma, warp and hopper families, and mma's 16-bit C,
 without a GPU: which families take which variants (and the one-line refusals of the rest), names
 that parse back, what the emitted source does for each layout (ldmatrix with or without .trans,
-tf32's 8-byte pair loads, transposing stores, C's type; hopper's in tests/test_hopper.py), that
+tf32's 8-byte pair loads, transposing stores, C's type; hopper's in tests/codegen/test_hopper.py), that
 every new variant compiles for sm_80 and sm_90 without spilling, and that the cuBLAS calls of the
 checks (the float64 reference and the baseline) read A and B as each layout stores them.
-tests/test_gpu_layouts.py runs them."""
+tests/codegen/test_gpu_layouts.py runs them."""
 
 import ctypes
 
