@@ -223,19 +223,18 @@ def test_cublaslt_covers_column_bias_relu_and_gelu():
 
 @pytest.mark.nvcc
 def test_launcher_reads_the_epilogue_and_wants_its_bias():
-    from gemmgen.build import build_kernel
-    from gemmgen.runtime import Launcher
+    """The launcher says its variant, all four keys, and refuses a launch without the bias it adds
+    or with one it does not (kernels other tests build: test_workspace's stream-K point of
+    F.linear's layout, and the named hopper_fp16)."""
+    from conftest import launcher_of
 
-    config = make_config("hopper", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2, "trans": "nt", "out": "fp16",
-                                    "bias": "col", "act": "gelu"}, "fp16")
-    build = build_kernel(config)
-    assert build.ok, build.log
-    launcher = Launcher(build.library)
-    assert launcher.variant == Variant("nt", "fp16", "col", "gelu")
+    from gemmgen.points import NAMED_POINTS
+
+    config = make_config("hopper", {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "streamk": 1, "trans": "nt",
+                                    "out": "bf16", "bias": "col", "act": "gelu"}, "bf16")
+    launcher = launcher_of(config)
+    assert launcher.variant == Variant("nt", "bf16", "col", "gelu")
     with pytest.raises(ValueError, match="adds a bias per col of C"):
         launcher.launch(8, 8, 8, 1.0, 0, 0, 0.0, 0)
-    plain = make_config("hopper", {"BM": 64, "BN": 64, "consumers": 1, "stages": 2}, "fp16")
-    build = build_kernel(plain)
-    assert build.ok, build.log
     with pytest.raises(ValueError, match="adds no bias"):
-        Launcher(build.library).launch(8, 8, 8, 1.0, 0, 0, 0.0, 0, bias=4096)
+        launcher_of(NAMED_POINTS["hopper_fp16"].config("sm_90")).launch(8, 8, 8, 1.0, 0, 0, 0.0, 0, bias=4096)

@@ -15,7 +15,7 @@ from conftest import launcher_of, nvcc_compile, slow_after
 from gemmgen.build import build_kernel, find_tool, kernel_usage
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint, ToolNotFound
-from gemmgen.points import point_spec, resolve_point
+from gemmgen.points import NAMED_POINTS, point_spec, resolve_point
 from gemmgen.render import render_kernel
 from gemmgen.runtime import ShapeRefused
 
@@ -50,8 +50,8 @@ def test_persistent_grid_is_one_block_per_sm_at_most_one_per_tile():
 
 @pytest.mark.nvcc
 def test_cluster_grid_pairs_tile_rows_and_is_a_multiple_of_the_cluster():
-    c = make_config("hopper", {**DEFAULT, "cluster": 2}, "fp16", "sm_90")
-    assert c.name == "hopper_128x256_c2_s4_x2_fp16"
+    c = NAMED_POINTS["hopper_tf32"].config("sm_90")  # a cluster of 2 that every run builds (test_build)
+    assert c.name == "hopper_128x256_c2_s4_g8_x2_tf32"
     launcher = launcher_of(c)
     assert grid(launcher, 4096, 4096, 64, 132) == (132, 1, 1)
     assert grid(launcher, 4096, 4096, 64, 131) == (130, 1, 1)
@@ -120,7 +120,7 @@ def test_packs_only_misaligned_operands():
     assert packed(fp16, 4096, 4096, 4096, a=2) == (4096 * 4096 * 2, 0)  # A's pointer not 16-byte aligned
     assert packed(fp16, 100, 33, 64) == (0, -(-64 * 40 * 2 // 256) * 256)  # N % 8: B's rows misaligned
     assert packed(fp16, 100, 32, 63) == (-(-100 * 64 * 2 // 256) * 256, 0)  # K % 8: A's rows
-    tf32 = launcher_of(make_config("hopper", DEFAULT, "tf32", "sm_90"))
+    tf32 = launcher_of(NAMED_POINTS["hopper_tf32"].config("sm_90"))  # a tf32 kernel every run builds
     assert packed(tf32, 4096, 4096, 4096) == (0, 0)  # B is read as it lies, never copied when aligned
     assert packed(tf32, 128, 250, 64) == (0, -(-64 * 252 * 4 // 256) * 256)  # N % 4: rows misaligned
 
@@ -231,7 +231,7 @@ def test_tma_stores_c_only_where_the_kernel_does():
     # tf32 holds C^T in its accumulators and stores it directly: no map over C, no staging
     tf32 = make_config("hopper", DEFAULT, "tf32", "sm_90")
     assert tf32.geometry.tma.box_c is None
-    assert launcher_of(tf32).describe(64, 4096, 64, resident=132).stores_c == 0
+    assert launcher_of(NAMED_POINTS["hopper_tf32"].config("sm_90")).describe(64, 4096, 64, resident=132).stores_c == 0
     assert tf32.geometry.smem_bytes == 4 * (128 * 32 * 4 + 32 * 256 * 4 + 16) + 1024
     assert "tma_c" not in render_kernel(tf32)
 

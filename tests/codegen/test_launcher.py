@@ -111,8 +111,9 @@ def stateful_configs():
 
 
 STATEFUL = stateful_configs()
-# every run: split-K (the named point), stream-K and mma's stages; the rest in the slow run
-EVERY_RUN = ["splitk", "hopper_sk", "mma_fp16"]
+# every run: split-K (the named point), stream-K with a cluster (test_hopper's stream-K point) and
+# mma's stages; the rest in the slow run
+EVERY_RUN = ["splitk", "hopper_x2_sk", "mma_fp16"]
 
 
 @pytest.mark.parametrize("label", slow_after(len(EVERY_RUN), EVERY_RUN + sorted(set(STATEFUL) - set(EVERY_RUN))))

@@ -29,20 +29,15 @@ SM90 = parse_arch("sm_90")
 HOPPER = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_build_cache(build_cache):
-    return build_cache
-
-
 def configs():
     """Kernels with each part of a workspace: split-K (flags and partial sums), stream-K with
-    F.linear's layout and a bias (flags, partial sums, and packed A and B where K is odd), mma
+    F.linear's layout, a bias and GELU (flags, partial sums, and packed A and B where K is odd), mma
     (packed operands only), a strided batch split 4 ways, and v4 (none)."""
     v4 = dict(NAMED_POINTS["v4"].params)
     return {
         "splitk": resolve_point("splitk"),
         "hopper_sk_linear": make_config("hopper", {**HOPPER, "streamk": 1, "trans": "nt", "out": "bf16",
-                                                   "bias": "col"}, "bf16", "sm_90"),
+                                                   "bias": "col", "act": "gelu"}, "bf16", "sm_90"),
         "mma_bf16": NAMED_POINTS["mma_bf16"].config("sm_90"),
         "warp_k4_batched": make_config("warp", {**v4, "split_k": 4, "batch": "strided"}, "fp32", "sm_90"),
         "v4": resolve_point("v4"),
