@@ -32,14 +32,14 @@ HOPPER = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4}
 def configs():
     """Kernels with each part of a workspace: split-K (flags and partial sums), stream-K with
     F.linear's layout, a bias and GELU (flags, partial sums, and packed A and B where K is odd), mma
-    (packed operands only), a strided batch split 4 ways, and v4 (none)."""
-    v4 = dict(NAMED_POINTS["v4"].params)
+    (packed operands only), a strided batch split 2 ways (with packing), and v4 (none)."""
     return {
         "splitk": resolve_point("splitk"),
         "hopper_sk_linear": make_config("hopper", {**HOPPER, "streamk": 1, "trans": "nt", "out": "bf16",
                                                    "bias": "col", "act": "gelu"}, "bf16", "sm_90"),
         "mma_bf16": NAMED_POINTS["mma_bf16"].config("sm_90"),
-        "warp_k4_batched": make_config("warp", {**v4, "split_k": 4, "batch": "strided"}, "fp32", "sm_90"),
+        # test_batched's point (one build for both)
+        "mma_k2_batched": make_config("mma", {"split_k": 2, "batch": "strided"}, "fp16", "sm_90"),
         "v4": resolve_point("v4"),
     }
 
@@ -139,7 +139,7 @@ def _function(source: str, signature: str) -> str:
     return source[body:source.index("\n}\n", body)]
 
 
-@pytest.mark.parametrize("label", ["splitk", "hopper_sk_linear", "warp_k4_batched"])
+@pytest.mark.parametrize("label", ["splitk", "hopper_sk_linear", "mma_k2_batched"])
 def test_a_launch_in_the_callers_workspace_zeroes_its_flags_on_the_stream_and_allocates_nothing(label):
     """The run of such a plan (gg_plan_run_in) zeroes the flags with cudaMemsetAsync on the plan's
     stream and never reaches the launcher's own workspace (gg_reserve: cudaMalloc, cudaFree,
