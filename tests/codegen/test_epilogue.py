@@ -13,7 +13,7 @@ from conftest import assert_compiles_without_spills, build_all
 from gemmgen import tolerance, verify
 from gemmgen.config import make_config
 from gemmgen.cublaslt import supported
-from gemmgen.errors import InvalidParameter, InvalidPoint
+from gemmgen.errors import InvalidPoint
 from gemmgen.problem import ACTIVATIONS, BIASES, Variant
 from gemmgen.render import render_kernel
 
@@ -28,18 +28,6 @@ def test_names_gain_the_epilogue_only_where_there_is_one():
     assert make_config("hopper", POINT, "bf16").name.endswith("_bf16_nt_obf16")
     assert Variant("nt", "bf16", "col", "gelu").items == (("trans", "nt"), ("out", "bf16"), ("bias", "col"),
                                                           ("act", "gelu"))
-
-
-def test_variant_text_round_trips_and_old_launchers_read_as_no_epilogue():
-    v = Variant("nt", "fp16", "row", "relu")
-    assert v.text == "nt fp16 row relu" and Variant.parse(v.text) == v
-    assert Variant.parse("nt bf16") == Variant("nt", "bf16")
-    with pytest.raises(InvalidParameter, match="cannot read variant"):
-        Variant.parse("nt bf16 col")
-    with pytest.raises(InvalidParameter, match="bias must be one of: none, row, col"):
-        Variant(bias="both")
-    with pytest.raises(InvalidParameter, match="act .* must be one of: none, relu, gelu, silu"):
-        Variant(act="tanh")
 
 
 @pytest.mark.parametrize("family, precision", [("naive", "fp32"), ("shared", "fp32"), ("register", "fp32"),

@@ -1,9 +1,10 @@
-"""Shapes: parsing, and the flops and bytes that bench divides by time."""
+"""Shapes: parsing, and the flops and bytes that bench divides by time. The problem variant: the
+part it adds to a name, the text a launcher says it in, both read back, and its refusals."""
 
 import pytest
 
 from gemmgen.errors import InvalidParameter
-from gemmgen.problem import Shape, parse_shape
+from gemmgen.problem import Shape, Variant, parse_shape, split_variant, variant_of
 from gemmgen.runtime import DeviceInfo
 from gemmgen.arch import parse_arch
 
@@ -26,3 +27,45 @@ def test_peak_bandwidth_from_the_memory_clock_and_bus():
 def test_bad_shapes_are_refused(text):
     with pytest.raises(InvalidParameter):
         parse_shape(text)
+
+
+# ---- the problem variant ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant, suffix, text", [
+    (Variant(), "", "nn fp32 none none"),
+    (Variant("nt", "bf16"), "_nt_obf16", "nt bf16 none none"),
+    (Variant("nt", "fp16", "row", "relu"), "_nt_ofp16_brow_relu", "nt fp16 row relu"),
+    (Variant("tt", act="relu"), "_tt_relu", "tt fp32 none relu"),
+    (Variant(batch="strided"), "_batched", "nn fp32 none none strided"),
+    (Variant("tt", "fp16", "row", "silu", "strided"), "_tt_ofp16_brow_silu_batched", "tt fp16 row silu strided"),
+])
+def test_a_variants_name_part_and_launcher_text_read_back(variant, suffix, text):
+    """A name gains a part only away from the default; a launcher says its variant in four words
+    (five where batched). Both read back: a kernel's name and cuBLAS's (the canonical names of
+    whole points: tests/describe/test_config.py)."""
+    assert (variant.suffix, variant.text) == (suffix, text)
+    assert Variant.parse(text) == variant
+    assert variant_of(f"mma_128x128x32_w2x2_s3_f2_fp16{suffix}") == variant == variant_of(f"cublas_fp16{suffix}")
+
+
+def test_older_launchers_texts_read_as_no_epilogue_and_no_batch():
+    assert Variant.parse("nt fp16") == Variant("nt", "fp16")
+    assert Variant.parse("nn fp32 none none") == Variant()
+
+
+def test_the_variant_keys_come_out_of_a_points_parameters():
+    assert split_variant({"batch": "Strided", "BM": 64, "trans": "nt"}) == ({"BM": 64}, Variant("nt", batch="strided"))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Variant.parse("nn fp32 none"), "want 'TRANS OUT', 'TRANS OUT BIAS ACT' or 'TRANS OUT BIAS ACT BATCH'"),
+    (lambda: Variant(trans="xy"), "trans='xy' is not allowed; trans must be one of: nn, nt, tn, tt"),
+    (lambda: Variant(out="fp8"), "out='fp8' is not allowed; out (the type of C) must be one of: fp32, fp16, bf16"),
+    (lambda: Variant(bias="both"), "bias='both' is not allowed; bias must be one of: none, row, col"),
+    (lambda: Variant(act="tanh"), "act='tanh' is not allowed; act (the activation) must be one of: none, relu, gelu, silu"),
+    (lambda: Variant(batch="loop"), "batch='loop' is not allowed; batch must be one of: none, strided"),
+], ids=["text", "trans", "out", "bias", "act", "batch"])
+def test_a_variant_refuses_what_it_does_not_know_in_one_line(make, message):
+    with pytest.raises(InvalidParameter) as err:
+        make()
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -453,7 +453,7 @@ def test_tune_workload_refuses_options_that_disagree_with_its_variant(tmp_path, 
 
 
 def test_emit_dispatch_serves_the_workloads_variant(tmp_path, capsys):
-    from stored import NT_GELU, V_BIG, V_THIN, stored_variant
+    from stored import NT_GELU, V_THIN, stored_variant
 
     _, url = stored_variant(tmp_path)
     path = write(tmp_path, 'precisions = ["bf16"]\ntrans = "nt"\nout = "bf16"\nbias = "col"\nact = "gelu"\n'
