@@ -9,6 +9,8 @@ Shared helpers, for `from conftest import ...`: the fastgemm and split-K test po
 by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
 """
 
+import fcntl
+import os
 import random
 import shutil
 import subprocess
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.build import build_kernel, find_tool, kernel_usage
+from gemmgen.build import build_kernel, cache_dir, find_tool, kernel_usage
 from gemmgen.errors import ToolNotFound
 
 
@@ -51,6 +53,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"nvcc not available: {nvcc_missing()}"))
 
 
+# ---- on several CPUs (pytest-xdist: `-n auto --dist loadfile` in pyproject's addopts) -------------
+#
+# A module's tests run in one worker, so its module fixtures are made once. The workers share one
+# build cache (build_cache), and the helpers below build through build_once, which holds a lock
+# per kernel: a kernel two workers ask for at once is compiled once.
+
+def pytest_xdist_auto_num_workers(config):
+    """How many workers `-n auto` starts: one per CPU this process may use, at most 4; none (the
+    tests run in this process, as without xdist) where a test's prints are asked for (-s) and for
+    the GPU tests (`-m gpu`: one GPU, whose timings a second worker would disturb)."""
+    if config.option.capture == "no" or "gpu" in (config.option.markexpr or ""):
+        return 0
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 @lru_cache(maxsize=None)
 def postgres_missing() -> str | None:
     """Why no throwaway PostgreSQL server can be started here, or None."""
@@ -78,7 +95,6 @@ def postgres():
     the reason where no server can be started."""
     if postgres_missing():
         pytest.skip(postgres_missing())
-    import os
 
     import psycopg
 
@@ -115,11 +131,15 @@ def postgres():
 
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory):
-    """The session's GEMMGEN_CACHE, fresh and shared by every test module, so that each kernel is
-    compiled once per session (the cache key is the source, the target, the flags and nvcc's
+    """The session's GEMMGEN_CACHE, fresh and shared by every test module (and every xdist worker),
+    so that each kernel is compiled once per session (the cache key is the source, the target, the flags and nvcc's
     version: a hit is the same compile), and no test reads or writes ~/.cache. A test that needs
     a cache of its own sets GEMMGEN_CACHE itself (monkeypatch)."""
-    folder = tmp_path_factory.mktemp("gemmgen-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for all the workers: beside their temporary folders
+        folder = tmp_path_factory.getbasetemp().parent / "gemmgen-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("gemmgen-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GEMMGEN_CACHE", str(folder))
         yield folder
@@ -221,11 +241,22 @@ def call_sequence(seed: int, count: int = 30) -> list[tuple]:
 REGISTERS_PER_SM = 64 * 1024
 
 
+def build_once(config):
+    """build_kernel(config) into the current GEMMGEN_CACHE (the session's, from the build_cache
+    fixture), holding a lock file named after the kernel while it builds: where xdist's workers (or
+    threads) ask for one kernel at once, the first compiles it and the others find it cached."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{config.name}.{config.build_arch.name}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_kernel(config)
+
+
 def build_all(configs: dict) -> dict:
-    """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled, two at a time,
-    into the current GEMMGEN_CACHE (the session's, from the build_cache fixture)."""
+    """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled (build_once),
+    two at a time."""
     with ThreadPoolExecutor(2) as pool:
-        futures = {key: pool.submit(build_kernel, config) for key, config in configs.items()}
+        futures = {key: pool.submit(build_once, config) for key, config in configs.items()}
         return {key: (configs[key], future.result()) for key, future in futures.items()}
 
 
@@ -267,7 +298,7 @@ def launcher_of(config):
     and loaded; its describe() needs no GPU."""
     from gemmgen.runtime import Launcher
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     return Launcher(build.library)
 
@@ -447,7 +478,7 @@ def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
     from gemmgen.runtime import LoadedKernel
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     return LoadedKernel(bench.gpu, config, build.library)
 
@@ -460,7 +491,7 @@ def check_without_workspace(bench, config, shape) -> None:
 
     from gemmgen.runtime import LoadedKernel
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
     assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack

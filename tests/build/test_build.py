@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import pytest
-from conftest import slow_after
+from conftest import build_all, slow_after
 
 from gemmgen.arch import KNOWN_ARCHS, parse_arch
 from gemmgen.build import (ResourceUsage, build_kernel, build_library, cache_dir, find_tool, kernel_usage,
@@ -67,10 +67,8 @@ EVERY_RUN = ["v1", "v2", "v3", "v4", "v6", "fastgemm", "splitk", "mma_fp16", "mm
 @pytest.fixture(scope="module")
 def named_builds():
     """point -> (config, BuildResult) of the EVERY_RUN points for sm_90, as the runtime builds them,
-    two at a time."""
-    configs = {p: resolve_point(p, "sm_90") for p in EVERY_RUN}
-    built = run_two_at_a_time({p: partial(build_kernel, c) for p, c in configs.items()})
-    return {p: (configs[p], built[p]) for p in configs}
+    two at a time (other modules' tests ask these kernels too: conftest's build_all builds each once)."""
+    return build_all({p: resolve_point(p, "sm_90") for p in EVERY_RUN})
 
 
 @pytest.mark.nvcc
