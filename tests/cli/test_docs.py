@@ -23,7 +23,8 @@ scratch folder of the document's own that holds copies of results/ and workloads
 paths in the docs work and nothing lands in the checkout), with this interpreter's bin folder
 first on PATH (`gemmgen`, `python`), the test session's build cache (conftest's build_cache, or
 the folder GEMMGEN_DOCS_CACHE names: the cache is keyed by the source and nvcc, so one shared with
-an earlier run only saves compiles) and no GEMMGEN_DB. It must exit 0. Its wall time is printed (pytest shows
+an earlier run only saves compiles), an `nvcc` before the real one that runs each distinct call
+once in the session (NVCC_CACHED) and no GEMMGEN_DB. It must exit 0. Its wall time is printed (pytest shows
 it with -rA or -s), so that a slow command is found. The steps of a line joined by `&&` are
 classified first:
 
@@ -46,9 +47,13 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from conftest import nvcc_missing
+
+from gemmgen.build import find_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / ".ci" / "run"
@@ -199,12 +204,46 @@ def pytest_args(words: list[str]) -> list[str] | None:
 
 # ---- running -----------------------------------------------------------------------------------
 
+# nvcc as the documents' commands call it, through a cache: the same call on the same source
+# (README.md, docs/usage.md and docs/results.md each build v4's --harness program) runs nvcc once
+# and copies its output file after that. A call it cannot read (not one .cu file and an output)
+# goes to nvcc.
+NVCC_CACHED = """#!{python}
+import hashlib, os, shutil, subprocess, sys
+nvcc, cache, args = {nvcc!r}, {cache!r}, sys.argv[1:]
+sources = [a for a in args if a.endswith(".cu")]
+out = args[args.index("-o") + 1] if "-o" in args[:-1] else None
+if out is None and "-c" in args and len(sources) == 1:
+    out = os.path.basename(sources[0])[:-3] + ".o"
+if len(sources) != 1 or out is None:
+    os.execv(nvcc, [nvcc, *args])
+words = [hashlib.sha256(open(a, "rb").read()).hexdigest() if a in sources else a
+         for i, a in enumerate(args) if a != "-o" and (i == 0 or args[i - 1] != "-o")]
+kept = os.path.join(cache, hashlib.sha256("\\0".join(words).encode()).hexdigest())
+if not os.path.isfile(kept):
+    status = subprocess.run([nvcc, *args]).returncode
+    if status:
+        sys.exit(status)
+    os.makedirs(cache, exist_ok=True)
+    shutil.copy2(out, kept + ".part")
+    os.replace(kept + ".part", kept)
+else:
+    shutil.copy2(kept, out)
+"""
+
+
 @pytest.fixture(scope="session")
 def docs_env(build_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("GEMMGEN_DB", "VIRTUAL_ENV")}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    cached = build_cache / "docs-bin"
+    cached.mkdir(exist_ok=True)
+    if not nvcc_missing():
+        script = cached / "nvcc"
+        script.write_text(NVCC_CACHED.format(python=sys.executable, nvcc=find_tool("nvcc"),
+                                             cache=str(build_cache / "docs-nvcc")))
+        script.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(cached), os.path.dirname(sys.executable), env.get("PATH", "")])
     env["GEMMGEN_CACHE"] = os.environ.get("GEMMGEN_DOCS_CACHE") or str(build_cache)
-    env["GEMMGEN_DOCS_TEST"] = "1"
     return env
 
 
@@ -216,6 +255,17 @@ def scratch(tmp_path: Path) -> Path:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, work / name)
     return work
+
+
+@lru_cache(maxsize=None)
+def collected(args: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> tuple[int, str, int]:
+    """`pytest ARGS --collect-only -q` from the repository root in ``env`` (each distinct command
+    once: the README and docs/measuring.md both show `-m gpu`): (exit status, the output's end,
+    the number of tests selected)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q"], cwd=ROOT, env=dict(env),
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    selected = sum("::" in line for line in proc.stdout.splitlines())
+    return proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:], selected
 
 
 def run_command(command: str, where: str, cwd: Path, env: dict) -> tuple[int, str]:
@@ -233,12 +283,9 @@ def run_command(command: str, where: str, cwd: Path, env: dict) -> tuple[int, st
             if args == ["-q"]:
                 assert _in_ci(["python", "-m", "pytest", "-q"]), f"{where}: .ci/run does not run `{step}`"
                 continue
-            args = [a for a in args if a not in ("-q", "--quiet")]
-            proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q"], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
-            selected = [line for line in proc.stdout.splitlines() if "::" in line]
-            assert proc.returncode == 0 and selected, \
-                f"{where}: `{step}` selects no test:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+            returncode, output, selected = collected(tuple(a for a in args if a not in ("-q", "--quiet")),
+                                                     tuple(sorted(env.items())))
+            assert returncode == 0 and selected, f"{where}: `{step}` selects no test:\n{output}"
             continue
         runnable.append(step)
     if not runnable:
