@@ -167,7 +167,9 @@ def test_emit_dispatch_harness_of_a_variant_from_the_cli(capsys, tmp_path):
 
 # ---- nvcc: the programs compile and link as their headers say ----
 
-BUILDS = {  # the first in every run, the others in the slow run
+BUILDS = {  # the first in every run (a layout and split-K's workspace in one program), the others in the slow run
+    "warp_tt_k4_g8": lambda: render_kernel(make_config("warp", {"trans": "tt", "split_k": 4, "swizzle": 8}, "fp32", SM90),
+                                           harness=True),
     "warp_tt": lambda: render_kernel(point_config("warp_tt"), harness=True),
     "hopper_nt_obf16_bcol_gelu": lambda: render_kernel(point_config("hopper_nt_obf16_bcol_gelu"), harness=True),
     "mma_tn_ofp16": lambda: render_kernel(point_config("mma_tn_ofp16"), harness=True),

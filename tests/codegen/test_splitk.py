@@ -10,7 +10,7 @@ import itertools
 import re
 
 import pytest
-from conftest import assert_compiles_without_spills, build_all, nvcc_compile, split_points
+from conftest import assert_compiles_without_spills, build_all, split_points
 
 from gemmgen.config import make_config
 from gemmgen.errors import InvalidParameter, InvalidPoint
@@ -230,9 +230,3 @@ def builds():
 def test_split_and_swizzle_points_compile_without_spills(builds, point, arch):
     config, result = builds[(point, arch)]
     assert_compiles_without_spills(config, result)
-
-
-@pytest.mark.nvcc
-def test_split_harness_compiles_and_links(tmp_path):
-    config = make_config("warp", {**V4, "split_k": 4, "swizzle": 8}, arch="sm_90")
-    assert nvcc_compile(render_kernel(config, harness=True), tmp_path / "gemm", "sm_90").is_file()
