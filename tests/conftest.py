@@ -1,12 +1,14 @@
 """Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
 This is the one place that decides; tests only mark themselves.
 
-Shared fixtures: `build_cache` (the session's build cache, used by every test: each kernel is
-compiled once per session) and `bench` (a Bench on GPU 0 with its own database per module; a
-module may set BENCH_SEED and BENCH_TAG).
+Shared fixtures: `build_cache` (the session's build cache, used by every test and every xdist
+worker: each kernel is compiled once per session) and `bench` (a Bench on GPU 0 with its own
+database per module; a module may set BENCH_SEED and BENCH_TAG). How many xdist workers `-n auto`
+starts: pytest_xdist_auto_num_workers.
 
 Shared helpers, for `from conftest import ...`: the fastgemm and split-K test points (each built
-by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
+by the GPU-free module and run by its GPU twin), and helpers to build (build_once: one compile of
+a kernel, whichever worker asks), compile and measure them.
 """
 
 import fcntl
