@@ -1,5 +1,5 @@
 """Copy measurements from one gemmgen results file (SQLite) into another, keeping the target's
-schema: results/h100.db stays a schema-2 file (tests/test_db_migration.py migrates a copy of it),
+schema: results/h100.db stays a schema-2 file (tests/store/test_db_migration.py migrates a copy of it),
 while a run on the GPU records into a copy that gemmgen migrated to the current schema.
 
 Each measurement of SRC (created at or after --since, with the tag --tag if given) is inserted

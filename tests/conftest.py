@@ -1,14 +1,18 @@
 """Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
 This is the one place that decides; tests only mark themselves.
 
-Shared fixtures: `build_cache` (the session's build cache, used by every test: each kernel is
-compiled once per session) and `bench` (a Bench on GPU 0 with its own database per module; a
-module may set BENCH_SEED and BENCH_TAG).
+Shared fixtures: `build_cache` (the session's build cache, used by every test and every xdist
+worker: each kernel is compiled once per session) and `bench` (a Bench on GPU 0 with its own
+database per module; a module may set BENCH_SEED and BENCH_TAG). How many xdist workers `-n auto`
+starts: pytest_xdist_auto_num_workers.
 
 Shared helpers, for `from conftest import ...`: the fastgemm and split-K test points (each built
-by the GPU-free module and run by its GPU twin), and helpers to build, compile and measure them.
+by the GPU-free module and run by its GPU twin), and helpers to build (build_once: one compile of
+a kernel, whichever worker asks), compile and measure them.
 """
 
+import fcntl
+import os
 import random
 import shutil
 import subprocess
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.build.nvcc import build_kernel, find_tool, kernel_usage
+from gemmgen.build.nvcc import build_kernel, cache_dir, find_tool, kernel_usage
 from gemmgen.errors import ToolNotFound
 
 
@@ -51,6 +55,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"nvcc not available: {nvcc_missing()}"))
 
 
+# ---- on several CPUs (pytest-xdist: `-n auto --dist loadfile` in pyproject's addopts) -------------
+#
+# A module's tests run in one worker, so its module fixtures are made once. The workers share one
+# build cache (build_cache), and the helpers below build through build_once, which holds a lock
+# per kernel: a kernel two workers ask for at once is compiled once.
+
+def pytest_xdist_auto_num_workers(config):
+    """How many workers `-n auto` starts: one per CPU this process may use, at most 4; none (the
+    tests run in this process, as without xdist) where a test's prints are asked for (-s) and for
+    the GPU tests (`-m gpu`: one GPU, whose timings a second worker would disturb)."""
+    if config.option.capture == "no" or "gpu" in (config.option.markexpr or ""):
+        return 0
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 @lru_cache(maxsize=None)
 def postgres_missing() -> str | None:
     """Why no throwaway PostgreSQL server can be started here, or None."""
@@ -78,7 +97,6 @@ def postgres():
     the reason where no server can be started."""
     if postgres_missing():
         pytest.skip(postgres_missing())
-    import os
 
     import psycopg
 
@@ -115,11 +133,15 @@ def postgres():
 
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory):
-    """The session's GEMMGEN_CACHE, fresh and shared by every test module, so that each kernel is
-    compiled once per session (the cache key is the source, the target, the flags and nvcc's
+    """The session's GEMMGEN_CACHE, fresh and shared by every test module (and every xdist worker),
+    so that each kernel is compiled once per session (the cache key is the source, the target, the flags and nvcc's
     version: a hit is the same compile), and no test reads or writes ~/.cache. A test that needs
     a cache of its own sets GEMMGEN_CACHE itself (monkeypatch)."""
-    folder = tmp_path_factory.mktemp("gemmgen-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for all the workers: beside their temporary folders
+        folder = tmp_path_factory.getbasetemp().parent / "gemmgen-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("gemmgen-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GEMMGEN_CACHE", str(folder))
         yield folder
@@ -152,6 +174,9 @@ def slow_after(count: int, cases: list) -> list:
 
 
 # ---- test points ---------------------------------------------------------------------------------
+
+# a small mma tile (64 x 64, 2 x 2 warps): the batched GPU tests' points start from it
+SMALL_MMA = {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
 
 FASTGEMM_SEED = {"BM": 24, "BN": 512, "BK": 8, "THREADS": 128, "AV": 24, "KC": 1, "preload": 1}
 # fastgemm points that exercise each part of its template: the wiki's point (C updated in shared
@@ -218,11 +243,22 @@ def call_sequence(seed: int, count: int = 30) -> list[tuple]:
 REGISTERS_PER_SM = 64 * 1024
 
 
+def build_once(config):
+    """build_kernel(config) into the current GEMMGEN_CACHE (the session's, from the build_cache
+    fixture), holding a lock file named after the kernel while it builds: where xdist's workers (or
+    threads) ask for one kernel at once, the first compiles it and the others find it cached."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{config.name}.{config.build_arch.name}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_kernel(config)
+
+
 def build_all(configs: dict) -> dict:
-    """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled, two at a time,
-    into the current GEMMGEN_CACHE (the session's, from the build_cache fixture)."""
+    """{key: (config, BuildResult)} for {key: KernelConfig}: every config compiled (build_once),
+    two at a time."""
     with ThreadPoolExecutor(2) as pool:
-        futures = {key: pool.submit(build_kernel, config) for key, config in configs.items()}
+        futures = {key: pool.submit(build_once, config) for key, config in configs.items()}
         return {key: (configs[key], future.result()) for key, future in futures.items()}
 
 
@@ -264,7 +300,7 @@ def launcher_of(config):
     and loaded; its describe() needs no GPU."""
     from gemmgen.measure.launcher import Launcher
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     return Launcher(build.library)
 
@@ -355,7 +391,7 @@ def check_batched_call(bench, kernel, config, call, rng) -> None:
     """One batched launch of ``kernel`` as ``call`` (batched_calls) describes it; fails the test
     unless every matrix of the batch is within the tolerance of its float64 reference (bias and
     activation applied) and C's padding between matrices keeps its sentinel. ``kernel``: a batched
-    gemmgen.runtime.Launcher (a kernel's, or a dispatcher's); ``config``: what it computes, its
+    gemmgen.measure.launcher.Launcher (a kernel's, or a dispatcher's); ``config``: what it computes, its
     ``variant`` and ``precision`` (a KernelConfig, or a DispatchPlan)."""
     import numpy as np
 
@@ -444,7 +480,7 @@ def load_kernel(bench, config):
     """``config`` built (failing the test with the build log where it does not) and loaded on the GPU."""
     from gemmgen.measure.launcher import LoadedKernel
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     return LoadedKernel(bench.gpu, config, build.library)
 
@@ -457,7 +493,7 @@ def check_without_workspace(bench, config, shape) -> None:
 
     from gemmgen.measure.launcher import LoadedKernel
 
-    build = build_kernel(config)
+    build = build_once(config)
     assert build.ok, build.log
     info = LoadedKernel(bench.gpu, config, build.library).describe(shape.m, shape.n, shape.k)
     assert info.packed_a_bytes or info.packed_b_bytes  # the launcher would pack

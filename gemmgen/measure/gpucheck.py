@@ -49,7 +49,7 @@ def check_source() -> str:
 
 
 class GpuChecker:
-    """Makes references and judges results on the GPU of ``gpu`` (gemmgen.runtime.Gpu), with
+    """Makes references and judges results on the GPU of ``gpu`` (gemmgen.measure.device.Gpu), with
     ``cublas`` (gemmgen.cublas.Cublas) for the float64 products."""
 
     def __init__(self, gpu, cublas):

@@ -1,0 +1,106 @@
+"""gemmgen.best, the one policy for "which stored kernel is best", without a GPU."""
+
+import time
+
+import pytest
+from stored import store
+from test_suite import SM90, db  # noqa: F401 (db is a fixture)
+
+from gemmgen.describe.problem import Shape
+from gemmgen.selection.best import best, ranked, shape_distance
+from gemmgen.selection.suite import suite_jobs
+
+
+def test_measurements_are_judged_against_the_cublas_run_nearest_in_time(db):
+    """A kernel measured while the GPU ran fast (cuBLAS too) does not win over one that beat cuBLAS
+    by more in a slower moment: the median ratio to the nearest cuBLAS measurement decides."""
+    shape = Shape(4096, 4096, 4096)
+    lucky, steady = "hopper_128x256_c2_s4_g8_x2_fp16", "hopper_128x256_c2_s4_g8_ov_fp16"
+    store(db, "cublas_fp16", "cublas", "fp16", shape, 740.0)
+    store(db, lucky, "hopper", "fp16", shape, 720.0)  # 97% of the cuBLAS run next to it
+    time.sleep(0.2)
+    for cublas, tflops in ((680.0, 690.0), (700.0, 705.0), (690.0, 690.5)):  # 101.5%, 100.7%, 100.1%
+        store(db, "cublas_fp16", "cublas", "fp16", shape, cublas)
+        store(db, steady, "hopper", "fp16", shape, tflops)
+        time.sleep(0.2)
+    raw = max(db.results(precision="fp16", shape=(4096, 4096, 4096), status="ok"), key=lambda r: r.tflops)
+    assert raw.kernel == "cublas_fp16"  # by raw TFLOP/s cuBLAS's fast moment, then lucky, would lead
+    assert max((r for r in db.results(precision="fp16", status="ok") if r.family != "cublas"),
+               key=lambda r: r.tflops).kernel == lucky
+    assert best(db, "fp16", shape, SM90).kernel == steady
+    assert [r.kernel for r in ranked(db, "fp16", shape, SM90)] == [steady, lucky]
+    assert ranked(db, "fp16", shape, SM90)[0].score == pytest.approx(705.0 / 700.0)  # the median of its three
+    [(_, _, label, config)] = suite_jobs(db, SM90, precisions=["fp16"], shapes=[shape])  # the suite asks the same
+    assert (label, config.name) == ("stored best", steady)
+    # a kernel measured on a device with no cuBLAS measurement there ranks after, by TFLOP/s
+    other = db.device(name="H200", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=3201,
+                      driver_version="580", cuda_version="13.0")
+    kernel = db.kernel(name="hopper_128x256_c2_s4_g16_fp16", family="hopper", precision="fp16", arch="sm_90",
+                       params={})
+    db.record(kernel_id=kernel, device_id=other, problem_id=db.problem(4096, 4096, 4096, 1.0, 0.0), status="ok",
+              tflops=800.0, median_ms=1.0)
+    assert best(db, "fp16", shape, SM90).kernel == steady
+    # the other device's kernel has no score, and ranks last
+    assert [(r.kernel, r.score) for r in ranked(db, "fp16", shape, SM90)][-1] == ("hopper_128x256_c2_s4_g16_fp16", None)
+
+
+def test_family_and_arch_narrow_the_candidates(db):
+    shape = Shape(1000, 1000, 1000)
+    store(db, "cublas_fp16", "cublas", "fp16", shape, 180.0)
+    store(db, "hopper_128x256_c2_s4_g8_ov_fp16", "hopper", "fp16", shape, 400.0, status="wrong_result")  # never
+    store(db, "hopper_64x128_c1_s5_fp16", "hopper", "fp16", shape, 150.0)
+    store(db, "mma_128x128x32_w2x2_s3_f2_fp16", "mma", "fp16", shape, 120.0)
+    assert best(db, "fp16", shape, SM90).kernel == "hopper_64x128_c1_s5_fp16"
+    assert best(db, "fp16", shape, SM90, family="mma").kernel == "mma_128x128x32_w2x2_s3_f2_fp16"
+    assert best(db, "fp16", shape, SM90, family="warp") is None
+    assert best(db, "bf16", shape, SM90) is None
+    from gemmgen.describe.arch import parse_arch
+    assert best(db, "fp16", shape, parse_arch("sm_80")) is None  # those kernels were built for sm_90
+
+
+def test_shape_distance_is_symmetric_in_log_space():
+    a, b = Shape(16, 4096, 4096), Shape(128, 4096, 4096)
+    assert shape_distance(a, b) == shape_distance(b, a) == pytest.approx(3 * 0.6931471805599453)
+    assert shape_distance(a, a) == 0
+
+
+def test_kernels_are_ranked_within_their_variant_against_its_cublas(db):
+    """A kernel of nt/bf16/col/gelu is judged against cuBLAS's rows of that variant only, and never
+    competes with kernels of another variant (which compute another product)."""
+    from gemmgen.describe.problem import Variant
+
+    shape, linear = Shape(128, 4096, 4096), Variant("nt", "bf16", "col", "gelu")
+    store(db, "cublas_bf16", "cublas", "bf16", shape, 600.0)
+    store(db, "hopper_128x256_c2_s4_g8_ov_bf16", "hopper", "bf16", shape, 590.0)
+    store(db, "cublas_bf16_nt_obf16_bcol_gelu", "cublas", "bf16", shape, 400.0)
+    store(db, "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", "hopper", "bf16", shape, 420.0)
+    store(db, "hopper_64x128_c1_s5_bf16_nt_obf16", "hopper", "bf16", shape, 700.0)  # no cuBLAS of its variant
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90, variant=linear)] == [
+        ("hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", pytest.approx(420.0 / 400.0))]
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90)] == [
+        ("hopper_128x256_c2_s4_g8_ov_bf16", pytest.approx(590.0 / 600.0))]
+    assert [(r.kernel, r.score) for r in ranked(db, "bf16", shape, SM90, variant=Variant("nt", "bf16"))] == [
+        ("hopper_64x128_c1_s5_bf16_nt_obf16", None)]
+    assert best(db, "bf16", shape, SM90, variant=Variant("nt", "bf16", "row", "gelu")) is None
+
+
+def test_a_batched_kernel_is_judged_against_cublas_of_its_own_batch_count(db):
+    """Rows of a batch of 64 are far faster in TFLOP/s than rows of 1; each is divided by cuBLAS's
+    of its count, and batch_count narrows to one count."""
+    from gemmgen.describe.problem import Variant
+
+    shape, batched = Shape(64, 64, 64), Variant(batch="strided")
+    device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
+                       driver_version="580", cuda_version="13.0")
+    problem = db.problem(64, 64, 64, 1.0, 0.0)
+    a, b = "mma_128x128x32_w2x2_s3_f2_fp16_batched", "mma_64x64x32_w2x2_s3_f2_fp16_batched"
+    for name, family, count, tflops in (("cublas_fp16_batched", "cublas", 1, 1.0), ("cublas_fp16_batched", "cublas",
+                                        64, 100.0), (a, "mma", 1, 1.2), (b, "mma", 64, 90.0)):
+        kernel = db.kernel(name=name, family=family, precision="fp16", arch="sm_90", params={})
+        db.record(kernel_id=kernel, device_id=device, problem_id=problem, status="ok", tflops=tflops, median_ms=1.0,
+                  batch_count=count)
+    found = ranked(db, "fp16", shape, SM90, variant=batched)
+    assert [(r.kernel, r.score) for r in found] == [(a, pytest.approx(1.2)), (b, pytest.approx(0.9))]
+    assert [r.kernel for r in ranked(db, "fp16", shape, SM90, variant=batched, batch_count=64)] == [b]
+    assert best(db, "fp16", shape, SM90, variant=batched, batch_count=1).kernel == a
+    assert best(db, "fp16", shape, SM90) is None  # no kernel of one product stored
