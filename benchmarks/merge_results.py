@@ -7,7 +7,8 @@ into DST with its device, kernel and problem matched by their unique keys (devic
 architecture; kernel name, architecture and source hash; M, N, K, alpha, beta), created where DST
 lacks them; the columns DST's schema has are copied, the rest dropped. Only one-product rows
 are copied into a target without batch counts (schema < 4). A measurement already in DST (same
-kernel, device, problem and time) is skipped, so running it twice adds nothing.
+kernel, device, problem and time) is skipped, so running it twice adds nothing. DST is left in
+rollback-journal mode, readable from read-only media.
 usage: python benchmarks/merge_results.py SRC.db DST.db [--since ISO] [--tag TAG] [--dry-run]"""
 import argparse
 import sqlite3
@@ -63,6 +64,10 @@ def merge(src_path: str, dst_path: str, since: str | None, tag: str | None, dry_
         dst.rollback()
     else:
         dst.commit()
+        # the shipped file is read from read-only checkouts and mounts: rollback-journal mode, whatever
+        # mode a gemmgen run recording into it left (tests/store/test_shipped_results.py checks)
+        dst.execute("PRAGMA journal_mode=DELETE")
+    dst.close()
     print(f"{'would add' if dry_run else 'added'} {added} measurements from {src_path} to {dst_path}; "
           f"{skipped} skipped (already there, or batched rows for a target without batch counts)")
     return added

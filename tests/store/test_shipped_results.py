@@ -45,8 +45,6 @@ def test_a_dispatcher_for_the_example_workload_builds_from_the_shipped_file(caps
     assert build.ok, build.log
 
 
-@pytest.mark.xfail(strict=True, reason="results/h100.db is committed in WAL mode; it ships converted once the lead "
-                   "runs sqlite3 results/h100.db 'PRAGMA journal_mode=DELETE' (issue 31, item 5)")
 def test_the_file_ships_in_rollback_journal_mode():
     """A WAL file's readers must write its -shm file beside it, so a read-only checkout or mount
     could not read it: the file ships in rollback-journal mode, which the tests below read from
