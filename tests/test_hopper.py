@@ -448,7 +448,7 @@ def test_overlap_point_name_and_source():
     assert "constexpr int HELD_BOXES = 4;" in source and "HP_C_BOX_COLS = 32;" in source
     assert "switch (kt - k_begin) {" in source and "case 3:\n                            store_held_box(3);" in source
     assert "case 4:" not in source
-    assert "if (k_end - k_begin <= i)" in source and "if (pending_unit >= 0) {  // the last tile's right half" in source
+    assert "if (k_end - k_begin <= 3)" in source and "if (pending_unit >= 0) {  // the last tile's right half" in source
     plain = render_kernel(make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2}, "fp16", "sm_90"))
     assert "constexpr bool HP_OVERLAP = false;" in plain and "constexpr int HELD_BOXES = 0;" in plain
     assert "case 0:" not in plain
