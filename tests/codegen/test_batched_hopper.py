@@ -60,7 +60,7 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
     assert "const int units = HP_BATCHED ? batch_units * batch : batch_units;" in source
     assert "const int za = stride_a != 0 ? b : 0, zb = stride_b != 0 ? b : 0;" in source
     assert "gg_grouped_tile(hp_in_matrix(work.unit, batch_units, b), unit_rows, tiles_n, 8, um, tn);" in source
-    assert "const __nv_bfloat16* const bias_mat = hp_matrix(bias, b, stride_bias);" in source
+    assert "using CT = __nv_bfloat16;" in source and "const CT* const bias_mat = hp_matrix(bias, b, stride_bias);" in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source
     # the launcher: 3-D maps over the batch (or the packed copies), C's rule with its stride
     assert "{{" not in source and "a_mats, a_step);" in source and "b_mats, b_step);" in source
@@ -76,8 +76,12 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
 def test_overlap_stores_the_held_half_into_its_own_matrix():
     source = render_kernel(config("ov"))
     assert "gg_grouped_tile(hp_in_matrix(pending_unit, batch_units, held_b), unit_rows, tiles_n, 8, pm, pn);" in source
-    assert "hp_store(c_row + box, &tma_c, held_col + 4 * 32, held_row, held_b);" in source  # the right half's first box
-    assert "hp_store(c_row + box, &tma_c, tile_col + j * 32, box_row, b);" in source  # the left half now
+    # the right half's boxes (4..7 of 32 columns) into the held tile's matrix; the left half now, into this one's
+    assert "constexpr int HELD_BOXES = 4;" in source and "HP_C_BOX_COLS = 32;" in source
+    assert ("staging.store_box<CT, false>(map_c, N, HELD_BOXES + i, held_row, held_col, held_b, held, HP_NACC / 2, "
+            "alpha);") in source
+    assert "staging.store_box<CT, !HP_EPILOGUE>(map_c, N, j, box_row, tile_col, b, acc[mi], 0, alpha);" in source
+    assert "hp_store(at + box, map, col + j * HP_C_BOX_COLS, row, z);" in source
 
 
 def describe(launcher, m, n, k, batch, **strides):

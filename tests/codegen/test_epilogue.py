@@ -62,16 +62,26 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     # launcher, _plan, _launch_workspace, _plan_workspace; and plan_init, which is told whose workspace
     assert source.count("const __nv_bfloat16* bias, cudaStream_t stream)") == 4
     assert source.count("const __nv_bfloat16* bias, cudaStream_t stream, bool caller_ws)") == 1
-    assert "x = gg_activate(alpha * x + col_bias[e]);" in source  # in the registers, before the TMA-store boxes
-    assert "gg_epilogue<__nv_bfloat16>(v0, bias_mat, r, c)" in source  # the direct stores (bias_mat: bias unbatched)
+    for key, value in (("bias", "col"), ("act", "gelu")):
+        field = FIELD[key]
+        assert f"constexpr {field.cpp_type} {field.cpp_const} = {field.cpp_name(value)};" in source
+    assert "constexpr bool HP_EPILOGUE = true, HP_ROW_BIAS = false, HP_COL_BIAS = true;" in source
+    # in the registers, before the TMA-store boxes
+    assert ("x = hp_activate(HP_ROW_BIAS ? alpha * x + row_bias[mi][h] : HP_COL_BIAS ? alpha * x + col_bias[e] : "
+            "alpha * x);") in source
+    # the direct stores (bias_mat: bias unbatched)
+    assert "hp_store_pair(c_row + c, v0, v1, beta, bias_mat, r, c);" in source
+    assert "return gg_epilogue<CT>(x, bias, r, c);" in source
     assert 'return "nt bf16 col gelu";' in source
     assert "C = gelu(alpha * A @ B + beta * C + bias)" in source
     held = render_kernel(make_config("hopper", {**POINT, "overlap": 1, "bias": "col", "act": "gelu"}, "bf16"))
-    assert "held[i] = acc[0][64 + i];" in held  # alpha and the epilogue already applied in the registers
+    # alpha and the epilogue already applied in the registers
+    assert "held[i] = HP_EPILOGUE ? acc[0][HP_NACC / 2 + i] : alpha * acc[0][HP_NACC / 2 + i];" in held
     # the right half (columns 128..255) in two boxes of 64 bf16 columns
-    assert "held_col + 2 * 64 < N" in held and "held_col + 3 * 64 < N" in held and "held_col + 4 * 64" not in held
+    assert "constexpr int HELD_BOXES = 2;" in held and "HP_C_BOX_COLS = 64;" in held
+    assert "store_held_box(1);" in held and "store_held_box(2);" not in held
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
-    assert "gg_epilogue<__nv_bfloat16>" not in plain and "const __nv_bfloat16* bias" not in plain
+    assert "constexpr bool HP_EPILOGUE = false," in plain and "const __nv_bfloat16* bias" not in plain
     assert "__nv_bfloat16* C, cudaStream_t stream)" in plain
 
 

@@ -94,7 +94,8 @@ def test_tf32_computes_c_transposed_with_b_fragments_from_registers():
     source = render_kernel(c)
     assert "{ %65, %66, %67, %68 }, %69, acc, 1, 1;" in source  # A from four registers
     assert "gg_lds32(base + frag_at[r] + mi * 2 * B_BOX_BYTES + ks * 1024)" in source
-    assert "frag[1][ks][mi]" in source  # two fragment buffers: one k tile in flight
+    assert "unsigned frag[2][KSTEPS][MI][4];" in source  # two fragment buffers: one k tile in flight
+    assert "constexpr bool HP_SWAP = true;" in source and "constexpr bool HP_TF32 = true;" in source
     wide = make_config("hopper", {**DEFAULT, "BM": 256, "BN": 128}, "tf32", "sm_90").derived
     assert (wide["COLS"], wide["MI"], wide["WGMMA_N"], wide["ACC"]) == (64, 1, 256, 128)
 
@@ -206,11 +207,12 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), p.C, p.M, p.N, (size_t)p.N,\n                                16, 32);" in source
     # staging (per consumer warp) after the ring, then the barriers; stores, bulk groups, the proxy
     # fence; each warp stores its own boxes: it synchronizes itself only, never the warpgroup
-    assert "const unsigned full_bar = c_stage + CONSUMERS * 4 * C_BUFFERS * C_BOX_BYTES" in source
+    assert "const unsigned full_bar = c_stage + CONSUMERS * 4 * HP_C_BUFFERS * HP_C_BOX_BYTES" in source
+    assert "constexpr int HP_C_BUFFERS = HP_SWAP ? 0 : 2, HP_C_BOX_COLS = 32;" in source
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];" in source
     assert "cp.async.bulk.commit_group;" in source and "fence.proxy.async.shared::cta;" in source
     assert "cp.async.bulk.wait_group.read %0;" in source and "cp.async.bulk.wait_group %0;" in source
-    assert "gg_bulk_wait_read<C_BUFFERS - 1>();" in source and "gg_bulk_wait<0>();" in source
+    assert "gg_bulk_wait_read<HP_C_BUFFERS - 1>();" in source and "gg_bulk_wait<0>();" in source
     assert "__syncwarp();" in source and "constexpr bool HP_STREAM_K = false;" in source
     # the direct stores stay for beta != 0 and misaligned C
     assert "v0 += beta * old.x" in source
@@ -436,14 +438,19 @@ def test_overlap_point_name_and_source():
     assert c.geometry == make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2}, "fp16", "sm_90").geometry
     source = render_kernel(c)
     # the right half (64 of the 128 accumulators) moves to registers of its own, alpha applied; the
-    # left half is stored at once; the held boxes go out one per k tile of the next item, after
-    # its wgmmas are committed, and whatever is left after its k loop or the last item
-    assert "float held[64];" in source and "held[i] = alpha * acc[0][64 + i];" in source
-    assert "for (int j = 0; j < BN / 64; ++j)" in source and "switch (kt - k_begin) {" in source
-    assert source.count("held[flipped - 64]") == 4 + 4 + 4  # k loop, short items, the last tile
+    # left half (4 of the 8 boxes of 32 columns) is stored at once; the 4 held boxes go out one per k
+    # tile of the next item, after its wgmmas are committed, and whatever is left after its k loop
+    # or the last item
+    assert "constexpr bool HP_OVERLAP = true;" in source and "constexpr int HP_NACC = 128;" in source
+    assert "held[i] = HP_EPILOGUE ? acc[0][HP_NACC / 2 + i] : alpha * acc[0][HP_NACC / 2 + i];" in source
+    assert "for (int j = 0; j < (HP_OVERLAP ? BN / 2 : BN) / HP_C_BOX_COLS; ++j)" in source
+    assert "constexpr int HELD_BOXES = 4;" in source and "HP_C_BOX_COLS = 32;" in source
+    assert "switch (kt - k_begin) {" in source and "case 3:\n                            store_held_box(3);" in source
+    assert "case 4:" not in source
     assert "if (k_end - k_begin <= 3)" in source and "if (pending_unit >= 0) {  // the last tile's right half" in source
     plain = render_kernel(make_config("hopper", {**DEFAULT, "swizzle": 8, "cluster": 2}, "fp16", "sm_90"))
-    assert "held[" not in plain and "for (int j = 0; j < BN / 32; ++j)" in plain
+    assert "constexpr bool HP_OVERLAP = false;" in plain and "constexpr int HELD_BOXES = 0;" in plain
+    assert "case 0:" not in plain
 
 
 def test_swap_point_computes_c_transposed_from_shared_memory():
@@ -456,7 +463,8 @@ def test_swap_point_computes_c_transposed_from_shared_memory():
     source = render_kernel(c)
     # B^T as wgmma's A, M-major (transpose bit 1); the A tile as its B, K-major (0)
     assert "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16" in source and "acc, 1, 1, 1, 0;" in source
-    assert "gg_lds32(" not in source.split("extern \"C\"")[1] and "tma_c" not in source
+    assert "constexpr bool HP_SWAP = true;" in source and "constexpr bool HP_TF32 = false;" in source
+    assert "tma_c" not in source and "constexpr int HP_C_BUFFERS = HP_SWAP ? 0 : 2" in source  # no staging
 
 
 @pytest.mark.parametrize("params, precision, wgmma, derived", [
@@ -517,12 +525,14 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert g.tma.box_a == (64, 64) == g.tma.box_b and d["A_LOADS"] == 2 and d["B_LOADS"] == 4
     assert g.smem_bytes == make_config("hopper", DEFAULT, "fp16", "sm_90").geometry.smem_bytes
     source = render_kernel(c)
-    assert "hp_load(a_dst + j * A_BOX_BYTES, &tma_a, tm * BM + j * BK, kt * BK, za, bar);" in source
+    assert "hp_load(a_dst + j * HP_A_BOX_BYTES, &tma_a, tm * BM + j * BK, kt * BK, za, bar);" in source
+    assert "constexpr bool HP_A_T = true, HP_B_T = false;" in source
+    assert "HP_A_LOADS = 2," in source and "constexpr unsigned HP_A_BOX_BYTES = 8192," in source
     # wgmma's A reads the chunks M-major (LBO: the chunk size), 16 k-rows per k step; each 64 rows of
     # a consumer are one chunk, as large as 64 K-major rows of 128 bytes
-    assert ("const uint64_t desc_a = gg_wgmma_desc(smem + (HP_PINGPONG ? 0 : consumer * ROWS * 128), A_BOX_BYTES, "
-            "1024);") in source
-    assert "constexpr unsigned A_MI = 64 * 128, A_STEP = 16 * 128, B_STEP = 16 * 128;" in source
+    assert "constexpr bool HP_TRANSPOSE_A = true, HP_TRANSPOSE_B = true;" in source
+    assert "HP_TRANSPOSE_A ? (HP_SWAP ? B_BOX_BYTES : HP_A_BOX_BYTES) : 16, 1024);" in source
+    assert "constexpr unsigned A_STEP = HP_TRANSPOSE_A ? HP_WGMMA_K * 128 : HP_WGMMA_K * HP_ESIZE," in source
     # the launcher's map over A as stored (K rows of M) or over its packed copy (rows of mp), which the
     # pack kernel makes of A as stored
     assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
@@ -531,7 +541,8 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert source.count("gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);") == 2
     assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, K, M);" in source
     nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    assert "A_BOX_BYTES" not in nn and "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
+    assert "constexpr bool HP_A_T = false" in nn and "HP_A_LOADS = 1," in nn
+    assert "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
     assert "p.M, p.K, a_bytes ? kp : (size_t)p.K, 128, 64);" in nn and "over A (M x K, box 128 x 64)" in nn
 
 
@@ -542,8 +553,10 @@ def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
     source = render_kernel(c)
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in source and "acc, 1, 1, 0, 1;" in source
     # B stored N x K as wgmma's A, K-major; the A tile as its B, N-major in 64-column chunks
-    assert "const uint64_t desc_b = gg_wgmma_desc(smem, A_BOX_BYTES, 1024);" in source
-    assert "constexpr unsigned A_MI = 64 * 128, A_STEP = 32, B_STEP = 16 * 128;" in source
+    assert "constexpr bool HP_TRANSPOSE_A = false, HP_TRANSPOSE_B = true;" in source
+    assert "const uint64_t desc_b = gg_wgmma_desc(HP_SWAP ? smem : smem + A_BYTES," in source
+    assert "HP_TRANSPOSE_B ? (HP_SWAP ? HP_A_BOX_BYTES : B_BOX_BYTES) : 16, 1024);" in source
+    assert "HP_A_LOADS = 4," in source and "constexpr unsigned HP_A_BOX_BYTES = 8192," in source
     # the launcher's maps: A K x M, B N x K, both as stored
     assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
     assert "p.N, p.K, b_bytes ? kp : (size_t)p.K, 64, 64);" in source
