@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -89,8 +90,14 @@ def main(argv=None) -> int:
     ap.add_argument("--against", type=Path, help="compare with fingerprints saved earlier")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--only", help="entries whose label contains this text")
+    ap.add_argument("--emit", type=Path, help="also write each entry's emitted source into this folder "
+                    "(for benchmarks/cubin_speed.py)")
     args = ap.parse_args(argv)
     entries = [(label, cfg) for label, cfg in corpus() if not args.only or args.only in label]
+    if args.emit:
+        args.emit.mkdir(parents=True, exist_ok=True)
+        for label, cfg in entries:
+            (args.emit / (re.sub(r"[^A-Za-z0-9_.-]", "_", label) + ".cu")).write_text(render_kernel(cfg))
     with ThreadPoolExecutor(args.jobs) as pool:
         prints = dict(zip((label for label, _ in entries), pool.map(fingerprint, (c for _, c in entries))))
     if args.save:
