@@ -2,12 +2,12 @@
 
 import hashlib
 import math
-import shlex
 from functools import lru_cache
 
 import jinja2
 
-from gemmgen import __version__
+from gemmgen.codegen.header import header_lines
+from gemmgen.codegen.launcher_abi import launcher_abi
 from gemmgen.describe import tolerance
 from gemmgen.describe.arch import MAX_GRID_Y
 from gemmgen.describe.config import KernelConfig
@@ -16,9 +16,18 @@ from gemmgen.describe.problem import MAX_DIM, Variant
 from gemmgen.paths import templates_dir
 
 
+def cpp(value: bool | int) -> str:
+    """A Python bool or int as a C++ literal (the templates' ``| cpp``): true, false, 42."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    raise TypeError(f"no C++ literal for {value!r}")
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,  # a missing variable is an error, never empty text
         keep_trailing_newline=True,
@@ -26,21 +35,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-
-
-def requirements(config: KernelConfig) -> str:
-    """What the kernel requires of M, N, K, in words (also written in the emitted header)."""
-    if config.geometry.persistent:  # tiles are walked by index: no grid limit on M
-        return config.family.requires
-    return f"{config.family.requires}; M <= {MAX_GRID_Y * config.geometry.tile_m} (grid y limit)"
-
-
-def emit_args(config: KernelConfig, harness: bool = False) -> str:
-    """The `gemmgen emit` arguments that reproduce this source."""
-    sets = ",".join(f"{k}={v}" for k, v in (*config.values, *config.variant.items))
-    words = ["--family", config.family.name, "--precision", config.precision, "--set", sets,
-             "--gpu", config.arch.name] + (["--harness"] if harness else [])
-    return shlex.join(words)
+    env.filters["cpp"] = cpp
+    return env
 
 
 def harness_checks(precision: str, variant: Variant) -> dict:
@@ -79,10 +75,10 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
     g = config.geometry
     template = environment().get_template(config.family.template)
     return template.render(
-        version=__version__,
+        header=header_lines(config, harness),
+        abi=launcher_abi(config.variant, config.element_type, config.output_type,
+                         maps=(2 + (g.tma.box_c is not None)) if g.tma else 0),
         name=config.name,
-        family=config.family,
-        param_text=", ".join(f"{k}={v}" for k, v in config.values),
         p=config.params,
         d=config.derived,
         precision=config.precision,
@@ -101,8 +97,8 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         smem_bytes=g.smem_bytes,
         max_grid_y=MAX_GRID_Y,
         max_m=MAX_GRID_Y * g.tile_m,
-        requires=requirements(config),
-        emit_args=emit_args(config, harness),
+        sk_flags_per_block=config.derived.get("SK_FLAGS_PER_BLOCK", 0),  # stream-K's flags per block
+        c_box=g.tma.box_c if g.tma and g.tma.box_c else (0, 0),  # the box of the map over C (none: 0 x 0)
         harness=harness,
         judge=harness_checks(config.precision, config.variant) if harness else None,
     )
