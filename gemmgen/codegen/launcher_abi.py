@@ -10,6 +10,7 @@ own, and the host's gg_operands, the struct with every operand that the launcher
 (a launcher of one product holds batch 1 and strides 0 there, one without a bias a null bias).
 """
 
+import ctypes
 from dataclasses import dataclass
 
 from gemmgen.describe.problem import Variant
@@ -48,17 +49,24 @@ def wrap(items: list[str], indent: int = 0) -> str:
 
 
 class Params(tuple):
-    """C parameters in order, written out as a declaration, as types or as names (wrapped as
-    by ``wrap`` with ``indent``)."""
+    """C parameters in order, written out as a declaration, as types or as names: between the
+    ``before`` and ``after`` items a function takes around them, wrapped as by ``wrap`` with
+    ``indent``."""
 
-    def decl(self, indent: int = 0) -> str:
-        return wrap([p.decl for p in self], indent)
+    def decl(self, indent: int = 0, before=(), after=()) -> str:
+        return wrap([*before, *(p.decl for p in self), *after], indent)
 
-    def types(self, indent: int = 0) -> str:
-        return wrap([p.type for p in self], indent)
+    def types(self, indent: int = 0, before=(), after=()) -> str:
+        return wrap([*before, *(p.type for p in self), *after], indent)
 
-    def names(self, prefix: str = "", indent: int = 0) -> str:
-        return wrap([prefix + p.name for p in self], indent)
+    def names(self, prefix: str = "", indent: int = 0, before=(), after=()) -> str:
+        return wrap([*before, *(prefix + p.name for p in self), *after], indent)
+
+    def ctypes(self) -> list:
+        """The ctypes argument types of these parameters (pointers as void*), for a caller of the
+        launcher through ctypes (gemmgen.runtime)."""
+        scalars = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong}
+        return [ctypes.c_void_p if p.type.endswith("*") else scalars[p.type] for p in self]
 
 
 def _restrict(p: Param) -> Param:
@@ -90,6 +98,15 @@ class LauncherABI:
         """The kernel's parameters: its tensor maps, the operands (pointers __restrict__) and the workspace."""
         maps = (Param("const __grid_constant__ CUtensorMap", f"tma_{x}") for x in "abc"[:self.maps])
         return Params((*maps, *map(_restrict, self.launch), Param("const gg_workspace", "ws")))
+
+    def kernel_decl(self, indent: int) -> str:
+        """The kernel's parameter declarations in lines of their own: the maps over A and B; the
+        map over C, the sizes and A; B, C, the bias and the workspace (the later lines indented
+        by ``indent``)."""
+        params = list(self.kernel)
+        a_end = max(i for i, p in enumerate(params) if p.name in ("A", "stride_a")) + 1  # A and its stride
+        lines = [params[:2] if self.maps else [], params[2 if self.maps else 0:a_end], params[a_end:]]
+        return (",\n" + " " * indent).join(", ".join(p.decl for p in line) for line in lines if line)
 
     def kernel_args(self, ops: str, maps: str, indent: int = 0) -> str:
         """The kernel's arguments: the maps ``maps[i]``, the operands as members of ``ops`` (an

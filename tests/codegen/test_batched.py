@@ -2,6 +2,8 @@
 tests/describe/test_problem.py): the families that do not compute a strided batch refuse it in one
 line, the batched launcher's signature and rules, and the CLI's batch options."""
 
+import re
+
 import pytest
 
 from gemmgen.describe.config import make_config
@@ -30,19 +32,21 @@ def test_the_batched_launcher_takes_batch_and_strides():
     config = _batched("mma", "fp16", trans="nt", out="fp16", bias="col", split_k=2)
     assert config.name == "mma_128x128x32_w2x2_s3_f2_k2_fp16_nt_ofp16_bcol_batched"
     source = render_kernel(config)
+    flat = re.sub(r"\s+", " ", source)
     assert ("GEMMGEN_LAUNCHER(int M, int N, int K, int batch, float alpha, const __half* A, long long stride_a, "
-            "const __half* B, long long stride_b,\n                                        float beta, __half* C, "
-            "long long stride_c, const __half* bias, long long stride_bias, cudaStream_t stream)") in source
+            "const __half* B, long long stride_b, float beta, __half* C, long long stride_c, const __half* bias, "
+            "long long stride_bias, cudaStream_t stream)") in flat
     assert ("GG_API(_describe)(int M, int N, int K, int batch, const __half* A, long long stride_a, const __half* B, "
-            "long long stride_b, float beta,\n                                         const __half* C, long long "
-            "stride_c, int resident, gemmgen_launch_info* out)") in source
+            "long long stride_b, float beta, const __half* C, long long stride_c, int resident, "
+            "gemmgen_launch_info* out)") in flat
     assert 'return "nt fp16 col none strided";' in source
     # one launch: the batch is grid z, folded with the split; the workspace is the whole batch's
-    assert "out.grid[2] = batch * 2u;" in source
-    assert "gg_splitk_needs(grid_x * grid_y * batch, 2," in source
+    assert "static constexpr bool batched = true;" in source and "static constexpr int split_k = 2;" in source
+    assert "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);" in source
+    assert "gg_splitk_needs(grid_x * grid_y * o.batch, gg_kernel::split_k," in source
     assert "const long long batch_i = blockIdx.z / 2u;" in source
     assert "(blockIdx.z / 2u * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x" in source
-    assert "gg_pack_plan_batched<8, __half, true>(M, N, K, batch, A, stride_a, B, stride_b" in source
+    assert "gg_pack_plan_batched<8, __half, true, false>(M, N, K, batch, A, stride_a, B, stride_b" in source
     assert 'stride_c must be >= M * N' in source and "batch must be <= 32767" in source
 
 
@@ -52,10 +56,17 @@ def test_the_one_product_source_has_no_batch_code(point):
     from gemmgen.codegen.render import render_kernel
 
     family, precision, params = point
-    source = render_kernel(make_config(family, params, precision, "sm_90"))
+    config = make_config(family, params, precision, "sm_90")
+    source = render_kernel(config)
+    # the kernel and the launcher's functions take no batch count nor strides; the launcher holds batch 1
+    kernel = re.search(rf"{config.name}\(([^)]*)\)", source)[1]
+    launchers = re.findall(r"(?:GEMMGEN_LAUNCHER|GG_API\(_\w+\))\(([^)]*)\)\s*\{", source)
+    assert len(launchers) == 14  # the launcher, _plan, _run, ..., _variant
+    for params in (kernel, *launchers):
+        assert "batch" not in params and "stride" not in params, params
+    assert "static constexpr bool batched = false;" in source
+    assert "batch_i" not in source and "gg_pack_plan_batched" not in source
     assert "constexpr gg_batch GG_BATCH = GG_BATCH_NONE;" in source  # the vocabulary names every key
-    code = source[source.index("typedef float gg_out;"):]  # after the vocabulary (templates/vocab.cuh.j2)
-    assert "batch" not in code and "stride_a" not in code
 
 
 # every layout, C type, bias and activation; split-K; tf32's pair loads; warp

@@ -58,10 +58,10 @@ def test_hopper_refuses_the_epilogue_where_overlap_cannot_hold_it():
 def test_hopper_source_takes_the_bias_after_c_everywhere():
     source = render_kernel(make_config("hopper", {**POINT, "bias": "col", "act": "gelu"}, "bf16"))
     assert "__nv_bfloat16* __restrict__ C, const __nv_bfloat16* __restrict__ bias, const gg_workspace ws)" in source
-    assert "float beta, __nv_bfloat16* C, const __nv_bfloat16* bias, cudaStream_t stream)" in source  # launcher, _plan
-    # launcher, _plan, _launch_workspace, _plan_workspace; and plan_init, which is told whose workspace
-    assert source.count("const __nv_bfloat16* bias, cudaStream_t stream)") == 4
-    assert source.count("const __nv_bfloat16* bias, cudaStream_t stream, bool caller_ws)") == 1
+    flat = re.sub(r"\s+", " ", source)
+    # launcher, _plan, _launch_workspace, _plan_workspace; each hands the bias to the plan's operands
+    assert flat.count("float beta, __nv_bfloat16* C, const __nv_bfloat16* bias, cudaStream_t stream)") == 4
+    assert source.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, bias, 0, 0, 0, 0}") == 4
     for key, value in (("bias", "col"), ("act", "gelu")):
         field = FIELD[key]
         assert f"constexpr {field.cpp_type} {field.cpp_const} = {field.cpp_name(value)};" in source
@@ -81,8 +81,9 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     assert "constexpr int HELD_BOXES = 2;" in held and "HP_C_BOX_COLS = 64;" in held
     assert "store_held_box(1);" in held and "store_held_box(2);" not in held
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
-    assert "constexpr bool HP_EPILOGUE = false," in plain and "const __nv_bfloat16* bias" not in plain
-    assert "__nv_bfloat16* C, cudaStream_t stream)" in plain
+    assert "constexpr bool HP_EPILOGUE = false," in plain and "__restrict__ bias" not in plain
+    assert re.sub(r"\s+", " ", plain).count("__nv_bfloat16* C, cudaStream_t stream)") == 4
+    assert plain.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0}") == 4  # no bias
 
 
 MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}
@@ -131,13 +132,14 @@ def test_mma_and_warp_apply_the_epilogue_once_at_the_store(family, precision, pa
     assert f'return "{v.text}";' in source
     if v.bias != "none":
         assert f"{ct}* __restrict__ C, const {ct}* __restrict__ bias, const gg_workspace ws)" in source
-        assert f"float beta, {ct}* C, const {ct}* bias, cudaStream_t stream)" in source
+        assert f"float beta, {ct}* C, const {ct}* bias, cudaStream_t stream)" in re.sub(r"\s+", " ", source)
         assert body.count("gg_bias_value(bias") == 1
         assert "auto bias_of = [&](int i, int n) -> float { return gg_bias_value(bias, i, n); };" in body
         loads = re.findall(r"bias_of\(([^;]*), ([MN])\)", body)  # of M rows (ROW_BIAS), or N columns
         assert len(loads) == 2 and {count for _, count in loads} == {"M", "N"}, loads
     else:
-        assert "const float* bias" not in source and "gg_bias_value(bias" not in body
+        assert "__restrict__ bias" not in source and "gg_bias_value(bias" not in body
+        assert f"float beta, {ct}* C, cudaStream_t stream)" in re.sub(r"\s+", " ", source)
     assert f"ROW_BIAS = {str(v.bias == 'row').lower()}, COL_BIAS = {str(v.bias == 'col').lower()}" in body
     for key in ("bias", "act"):
         field = FIELD[key]

@@ -195,16 +195,18 @@ def test_tma_store_epilogue_and_its_map(params):
     source = render_kernel(make_config("hopper", params, "fp16", "sm_90"))
     # the third map, in the kernel, the launch and the header
     assert "const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, int M" in source
-    assert "p.maps[0], p.maps[1], p.maps[2], p.M, p.N, p.K" in source
+    assert "p.maps.map[0], p.maps.map[1], p.maps.map[2], p.ops.M, p.ops.N, p.ops.K" in source
     assert "C (M x N fp32, box 16 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
     # one rule for the kernel and the launcher
     assert ("return beta == 0.0f && N % (16 / sizeof(CT)) == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0 &&\n"
             "           (batch <= 1 || stride_c * (long long)sizeof(CT) % 16 == 0);") in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source  # batch 1 here
-    assert "out.stores_c = gg_tma_stores_c(beta, N, C);" in source and "if (p.info.stores_c) {" in source
-    assert "memset(&p.maps[2], 0, sizeof(p.maps[2]));" in source
-    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), p.C, p.M, p.N, (size_t)p.N,\n                                16, 32);" in source
+    assert "return gg_tma_stores_c(o.beta, o.N, o.C, o.batch, o.stride_c);" in source  # gg_stores_c
+    assert "out.stores_c = gg_stores_c(o);" in source
+    assert "if (!info.stores_c)\n        memset(&maps.map[2], 0, sizeof(maps.map[2]));" in source
+    assert ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), o.C, o.M, o.N, (size_t)o.N,\n"
+            "                            16, 32, c_mats, c_step);") in source
     # staging (per consumer warp) after the ring, then the barriers; stores, bulk groups, the proxy
     # fence; each warp stores its own boxes: it synchronizes itself only, never the warpgroup
     assert "const unsigned full_bar = c_stage + CONSUMERS * 4 * HP_C_BUFFERS * HP_C_BOX_BYTES" in source
@@ -395,8 +397,9 @@ def test_stream_k_source_and_launcher():
     assert "out.partial_bytes = out.grid[0] * 131072ULL;" in source
     whole = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
     # without stream-K the branch is compiled out (HP_STREAM_K, see the SASS test) and the launcher
-    # asks for no workspace
-    assert "constexpr bool HP_STREAM_K = false;" in whole and "out.flag_words" not in whole
+    # asks for no workspace (its stream-K rule is compiled out too)
+    assert "constexpr bool HP_STREAM_K = false;" in whole and "static constexpr bool stream_k = false;" in whole
+    assert "} else if constexpr (gg_kernel::stream_k) {\n        out.flag_words = out.grid[0] * 2ULL;" in whole
 
 
 @pytest.mark.slow
@@ -535,15 +538,18 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert "constexpr unsigned A_STEP = HP_TRANSPOSE_A ? HP_WGMMA_K * 128 : HP_WGMMA_K * HP_ESIZE," in source
     # the launcher's map over A as stored (K rows of M) or over its packed copy (rows of mp), which the
     # pack kernel makes of A as stored
-    assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
-    assert "const size_t np = gg_packed_ld<8>(p.N), mp = gg_packed_ld<8>(p.M);" in source
+    assert "constexpr bool A_T = true, B_T = false;" in source
+    assert "const int a_rows = A_T ? o.K : o.M, a_cols = A_T ? o.M : o.K;" in source
+    assert "a_rows, a_cols, a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols,\n                                    64, 64," in source
     assert "over A (K x M as stored, box 64 x 64)" in source
-    assert source.count("gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);") == 2
-    assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, K, M);" in source
+    assert "gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);" in source  # the pack kernel
+    assert "gg_pack_plan<8, __half, false, true>(o.M, o.N, o.K, o.A, o.B, out.a_bytes, out.b_bytes);" in source
+    assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, A_T ? K : M, A_T ? M : K);" in source
     nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
     assert "constexpr bool HP_A_T = false" in nn and "HP_A_LOADS = 1," in nn
     assert "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
-    assert "p.M, p.K, a_bytes ? kp : (size_t)p.K, 128, 64);" in nn and "over A (M x K, box 128 x 64)" in nn
+    assert "constexpr bool A_T = false, B_T = false;" in nn and "over A (M x K, box 128 x 64)" in nn
+    assert "a_rows, a_cols, a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols,\n                                    128, 64," in nn
 
 
 def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
@@ -558,8 +564,9 @@ def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
     assert "HP_TRANSPOSE_B ? (HP_SWAP ? HP_A_BOX_BYTES : B_BOX_BYTES) : 16, 1024);" in source
     assert "HP_A_LOADS = 4," in source and "constexpr unsigned HP_A_BOX_BYTES = 8192," in source
     # the launcher's maps: A K x M, B N x K, both as stored
-    assert "p.K, p.M, a_bytes ? mp : (size_t)p.M, 64, 64);" in source
-    assert "p.N, p.K, b_bytes ? kp : (size_t)p.K, 64, 64);" in source
+    assert "constexpr bool A_T = true, B_T = true;" in source
+    assert "const int a_rows = A_T ? o.K : o.M, a_cols = A_T ? o.M : o.K;" in source
+    assert "const int b_rows = B_T ? o.N : o.K, b_cols = B_T ? o.K : o.N;" in source
 
 
 @pytest.mark.slow

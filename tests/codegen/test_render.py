@@ -8,7 +8,7 @@ import jinja2
 import pytest
 
 import gemmgen
-from gemmgen.codegen.render import render_kernel
+from gemmgen.codegen.render import cpp, render_kernel
 from gemmgen.describe.config import make_config
 from gemmgen.describe.points import NAMED_POINTS, resolve_point
 
@@ -141,3 +141,16 @@ def test_a_template_variable_that_is_missing_raises():
     config.__dict__["derived"] = derived  # replace the cached value
     with pytest.raises(jinja2.UndefinedError):
         render_kernel(config)
+
+
+@pytest.mark.parametrize("point", sorted(NAMED_POINTS))
+def test_the_header_is_a_comment_between_two_rules(point):
+    lines = header_of(render_kernel(resolve_point(point))).splitlines()
+    assert lines[0] == lines[-1] == "// " + "=" * 85
+    assert all(line.startswith("//") and line == line.rstrip() for line in lines)
+
+
+def test_template_values_become_cpp_literals():
+    assert (cpp(True), cpp(False), cpp(8)) == ("true", "false", "8")
+    with pytest.raises(TypeError):
+        cpp("8")

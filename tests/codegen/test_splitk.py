@@ -112,16 +112,17 @@ def test_header_documents_split_and_workspace():
 @pytest.mark.parametrize("point", sorted(NAMED_POINTS))
 def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     config = resolve_point(point)
-    source = render_kernel(config)
+    source = re.sub(r"\s+", " ", render_kernel(config))  # on one line
     assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
-                     r"float alpha, .*float\* __restrict__ C, const gg_workspace ws\)", source, re.DOTALL)
-    z = config.geometry.split_k
-    if not config.geometry.persistent:
-        assert f"out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, out.grid[2] = {z};" in source
-    assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\(\s*"
-                     r"(?:p\.maps\[0\], p\.maps\[1\], (?:p\.maps\[2\], )?)?p\.M, p\.N, p\.K, p\.alpha, p\.A, p\.B, "
-                     r"p\.beta, p\.C, ws\);", source, re.DOTALL)
-    assert ("gg_splitk_needs(grid_x * grid_y" in source) == (z > 1)
+                     r"float alpha, .*float\* __restrict__ C, const gg_workspace ws\)", source)
+    # the grid's z and the split-K workspace follow from split_k (gg_describe: if constexpr on it)
+    assert f"static constexpr int split_k = {config.geometry.split_k};" in source
+    assert ("out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, "
+            "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);") in source
+    assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\( "
+                     r"(?:p\.maps\.map\[0\], p\.maps\.map\[1\], (?:p\.maps\.map\[2\], )?)?p\.ops\.M, p\.ops\.N, "
+                     r"p\.ops\.K, p\.ops\.alpha, p\.ops\.A, p\.ops\.B, p\.ops\.beta, p\.ops\.C, ws\);", source)
+    assert "if constexpr (gg_kernel::split_k > 1) { gg_splitk_needs(grid_x * grid_y * o.batch" in source
 
 
 def test_split_and_swizzle_code_only_where_asked():
