@@ -12,6 +12,7 @@ import ctypes
 import os
 from pathlib import Path
 
+from gemmgen.codegen.launcher_abi import launcher_abi
 from gemmgen.describe.config import KernelConfig
 from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError
@@ -43,11 +44,7 @@ class Held(ctypes.Structure):
 
 
 _CUDA_ERROR_INVALID_VALUE = 1  # what a launcher returns for a shape it refuses
-_VP, _INT, _FLOAT, _LL, _ULL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong, ctypes.c_ulonglong
-_PROBLEM = [_INT, _INT, _INT, _FLOAT, _VP, _VP, _FLOAT, _VP, _VP]  # M, N, K, alpha, A, B, beta, C, stream
-# A batched launcher's (docs/problems.md): M, N, K, batch, alpha, A, stride_a, B, stride_b, beta, C, stride_c,
-# then [bias, stride_bias,] stream
-_BATCHED = [_INT, _INT, _INT, _INT, _FLOAT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL]
+_VP, _INT, _ULL = ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong
 
 
 def packed_strides(variant: Variant, m: int, n: int, k: int) -> tuple[int, int, int, int]:
@@ -76,17 +73,14 @@ class Launcher:
             self.variant = Variant.parse(fn("_variant", ctypes.c_char_p, [])().decode())
         except LaunchFailed:  # a dispatcher of earlier gemmgen, whose kernels compute the default variant
             self.variant = Variant()
-        # A launcher whose variant adds a bias takes its address right after C (and its stride, batched).
-        if self.variant.batched:
-            problem = _BATCHED + ([_VP, _LL] if self.variant.bias != "none" else []) + [_VP]
-        else:
-            problem = _PROBLEM[:8] + [_VP] + _PROBLEM[8:] if self.variant.bias != "none" else _PROBLEM
+        # the C parameters of the variant's launcher (gemmgen.codegen.launcher_abi): the operands, then the stream
+        self._abi = launcher_abi(self.variant, "T", "CT")
+        problem = self._abi.launch.ctypes() + [_VP]
         self._launch = fn("", ctypes.c_int, problem)
         self._plan = fn("_plan", ctypes.c_int, [ctypes.POINTER(_VP), *problem])
         self._run = fn("_run", ctypes.c_int, [_VP])
         self._plan_free = fn("_plan_free", None, [_VP])
-        shape_args = ([_INT, _INT, _INT, _INT, _VP, _LL, _VP, _LL, _FLOAT, _VP, _LL, _INT] if self.variant.batched else
-                      [_INT, _INT, _INT, _VP, _VP, _FLOAT, _VP, _INT])  # _describe's, up to and with resident
+        shape_args = self._abi.describe.ctypes() + [_INT]  # _describe's, up to and with resident
         self._describe = fn("_describe", ctypes.c_char_p, [*shape_args, ctypes.POINTER(LaunchInfo)])
         # The launch in the caller's workspace (CUDA-graph safe); absent from libraries of earlier gemmgen.
         try:
@@ -149,12 +143,11 @@ class Launcher:
 
     def _problem(self, m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides) -> tuple:
         """The launcher's arguments, in its ABI's order (batched or not)."""
-        if not self.variant.batched:
-            self._strides(m, n, k, batch, strides)
-            return (m, n, k, alpha, a, b, beta, *self._args(c, bias), stream)
         sa, sb, sc, sbias = self._strides(m, n, k, batch, strides)
-        tail = self._args(c, bias)
-        return (m, n, k, batch, alpha, a, sa, b, sb, beta, c, sc, *((tail[1], sbias) if len(tail) > 1 else ()), stream)
+        self._args(c, bias)  # refuses a bias missing or not taken
+        given = {"M": m, "N": n, "K": k, "batch": batch, "alpha": alpha, "A": a, "stride_a": sa, "B": b,
+                 "stride_b": sb, "beta": beta, "C": c, "stride_c": sc, "bias": bias, "stride_bias": sbias}
+        return (*(given[p.name] for p in self._abi.launch), stream)
 
     def launch(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
                stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> None:
@@ -195,9 +188,11 @@ class Launcher:
         if self.variant.batched:
             packed = packed_strides(self.variant, m, n, k)
             sa, sb, sc = (packed[i] if s is None else s for i, s in enumerate(strides))
-            return (m, n, k, batch, a, sa, b, sb, beta, c, sc, resident)
-        self._strides(m, n, k, batch, None if strides == (None,) * 3 else strides)  # refuses a batch or strides
-        return (m, n, k, a, b, beta, c, resident)
+        else:
+            sa, sb, sc, _ = self._strides(m, n, k, batch, None if strides == (None,) * 3 else strides)  # refuses them
+        given = {"M": m, "N": n, "K": k, "batch": batch, "A": a, "stride_a": sa, "B": b, "stride_b": sb, "beta": beta,
+                 "C": c, "stride_c": sc}
+        return (*(given[p.name] for p in self._abi.describe), resident)
 
     @staticmethod
     def _refused(m: int, n: int, k: int, why: bytes | None) -> None:
