@@ -1,14 +1,14 @@
-"""The launcher's C parameters (gemmgen/launcher_abi.py): the ABI of each kind of variant, and the
+"""The launcher's C parameters (gemmgen/codegen/launcher_abi.py): the ABI of each kind of variant, and the
 emitted launchers and dispatchers written from that one list."""
 
 import re
 
 import pytest
 
-from gemmgen.config import make_config
-from gemmgen.launcher_abi import WRAP, launcher_abi, wrap
-from gemmgen.problem import Variant
-from gemmgen.render import render_kernel
+from gemmgen.codegen.launcher_abi import WRAP, launcher_abi, wrap
+from gemmgen.codegen.render import render_kernel
+from gemmgen.describe.config import make_config
+from gemmgen.describe.problem import Variant
 
 PLAIN, BIAS = Variant(), Variant(bias="row")
 BATCHED, BATCHED_BIAS = Variant(batch="strided"), Variant(bias="col", batch="strided")

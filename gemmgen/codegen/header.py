@@ -41,7 +41,8 @@ def computes(variant: Variant) -> str:
 
 def bias_doc(variant: Variant) -> str:
     """The bias of ``variant`` in words ("" where it adds none)."""
-    return {"row": "M values, bias[i] added to row i", "col": "N values, bias[j] added to column j"}.get(variant.bias, "")
+    words = {"row": "M values, bias[i] added to row i", "col": "N values, bias[j] added to column j"}
+    return words.get(variant.bias, "")
 
 
 def batch_lines(variant: Variant) -> list[str]:
@@ -77,7 +78,8 @@ def _grid(config: KernelConfig) -> list[str]:
                 f"{MORE}each block computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...;"]
     if batched:
         split = f", split z % {g.split_k} of its K range" if g.split_k > 1 else ""
-        return [f"{MORE}grid = (ceil(N / {g.tile_n}), ceil(M / {g.tile_m}), batch * {g.split_k}): block z computes matrix",
+        return [f"{MORE}grid = (ceil(N / {g.tile_n}), ceil(M / {g.tile_m}), batch * {g.split_k}): "
+                "block z computes matrix",
                 f"{MORE}z / {g.split_k} of the batch{split};"]
     return [f"{MORE}grid = (ceil(N / {g.tile_n}), ceil(M / {g.tile_m}), {g.split_k});"]
 
@@ -115,11 +117,13 @@ def _workspace(config: KernelConfig, sk_flags: int) -> list[str]:
                 f"{MORE}partial one is under half full; all, where there are fewer tiles than blocks) are",
                 f"{MORE}shared out by k among all blocks;",
                 f"{MORE}the block with a tile's last k tiles adds the others' partial sums: {sk_flags} flag(s) per",
-                f"{MORE}block (zero before a launch, left zero by it) and a {g.tile_m} x {g.tile_n} fp32 partial tile per",
+                f"{MORE}block (zero before a launch, left zero by it) and a {g.tile_m} x {g.tile_n} fp32 partial "
+                "tile per",
                 f"{MORE}block. The blocks of the persistent grid must all be resident at once (the",
                 f"{MORE}launcher's grid is), since a block may wait for the partial sums of later ones."]
     if g.pack_vec:
-        out += [f"packing    : where the rows of A (or B) are not 16-byte aligned ({'M' if v.a_transposed else 'K'}, or "
+        out += ["packing    : where the rows of A (or B) are not 16-byte aligned "
+                f"({'M' if v.a_transposed else 'K'}, or "
                 f"{'K' if v.b_transposed else 'N'}, not a multiple of",
                 f"{MORE}{g.pack_vec}, or the pointer misaligned), {config.name}_pack first copies that operand into a",
                 f"{MORE}buffer with zero-padded rows (gg_pack_plan says how many bytes); the GEMM kernel",

@@ -64,7 +64,7 @@ class Params(tuple):
 
     def ctypes(self) -> list:
         """The ctypes argument types of these parameters (pointers as void*), for a caller of the
-        launcher through ctypes (gemmgen.runtime)."""
+        launcher through ctypes (gemmgen.measure.launcher)."""
         scalars = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong}
         return [ctypes.c_void_p if p.type.endswith("*") else scalars[p.type] for p in self]
 

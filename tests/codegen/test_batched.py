@@ -41,12 +41,12 @@ def test_the_batched_launcher_takes_batch_and_strides():
             "gemmgen_launch_info* out)") in flat
     assert 'return "nt fp16 col none strided";' in source
     # one launch: the batch is grid z, folded with the split; the workspace is the whole batch's
-    assert "static constexpr bool batched = true;" in source and "static constexpr int split_k = 2;" in source
+    assert "constexpr gg_batch GG_BATCH = GG_BATCH_STRIDED;" in source and "static constexpr int split_k = 2;" in source
     assert "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);" in source
     assert "gg_splitk_needs(grid_x * grid_y * o.batch, gg_kernel::split_k," in source
     assert "const long long batch_i = blockIdx.z / 2u;" in source
     assert "(blockIdx.z / 2u * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x" in source
-    assert "gg_pack_plan_batched<8, __half, true, false>(M, N, K, batch, A, stride_a, B, stride_b" in source
+    assert "gg_pack_plan_batched<8, __half, GG_B_T, GG_A_T>(M, N, K, batch, A, stride_a, B, stride_b" in source
     assert 'stride_c must be >= M * N' in source and "batch must be <= 32767" in source
 
 
@@ -64,7 +64,6 @@ def test_the_one_product_source_has_no_batch_code(point):
     assert len(launchers) == 14  # the launcher, _plan, _run, ..., _variant
     for params in (kernel, *launchers):
         assert "batch" not in params and "stride" not in params, params
-    assert "static constexpr bool batched = false;" in source
     assert "batch_i" not in source and "gg_pack_plan_batched" not in source
     assert "constexpr gg_batch GG_BATCH = GG_BATCH_NONE;" in source  # the vocabulary names every key
 

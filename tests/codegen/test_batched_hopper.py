@@ -65,11 +65,12 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source
     # the launcher: 3-D maps over the batch (or the packed copies), C's rule with its stride
     assert "{{" not in source and "a_mats, a_step);" in source and "b_mats, b_step);" in source
-    assert "c_mats, c_step);" in source and "return gg_tma_stores_c(o.beta, o.N, o.C, o.batch, o.stride_c);" in source
+    assert "c_mats, c_step);" in source
+    assert "map_over_c && gg_tma_stores_c(o.beta, o.N, o.C, o.batch, o.stride_c);" in source
     # one product: the same code, batch 1 and zero strides as constants, 2-D maps
     plain = render_kernel(make_config("hopper", {**BASE, **POINTS["nt_obf16_bcol_gelu"][1], "batch": "none"}, "bf16",
                                       "sm_90"))
-    assert "constexpr bool HP_BATCHED = false;" in plain and "static constexpr bool batched = false;" in plain
+    assert "constexpr bool HP_BATCHED = false;" in plain and "constexpr gg_batch GG_BATCH = GG_BATCH_NONE;" in plain
     assert "unsigned long long a_mats = 0, b_mats = 0, c_mats = 0" in plain  # 2-D maps unless batched
     assert "[[maybe_unused]] constexpr int batch = 1;" in plain
     assert "[[maybe_unused]] constexpr long long stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;" in plain

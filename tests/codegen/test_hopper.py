@@ -202,7 +202,7 @@ def test_tma_store_epilogue_and_its_map(params):
     assert ("return beta == 0.0f && N % (16 / sizeof(CT)) == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0 &&\n"
             "           (batch <= 1 || stride_c * (long long)sizeof(CT) % 16 == 0);") in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source  # batch 1 here
-    assert "return gg_tma_stores_c(o.beta, o.N, o.C, o.batch, o.stride_c);" in source  # gg_stores_c
+    assert "return map_over_c && gg_tma_stores_c(o.beta, o.N, o.C, o.batch, o.stride_c);" in source  # gg_stores_c
     assert "out.stores_c = gg_stores_c(o);" in source
     assert "if (!info.stores_c)\n        memset(&maps.map[2], 0, sizeof(maps.map[2]));" in source
     assert ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), o.C, o.M, o.N, (size_t)o.N,\n"
@@ -538,18 +538,18 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert "constexpr unsigned A_STEP = HP_TRANSPOSE_A ? HP_WGMMA_K * 128 : HP_WGMMA_K * HP_ESIZE," in source
     # the launcher's map over A as stored (K rows of M) or over its packed copy (rows of mp), which the
     # pack kernel makes of A as stored
-    assert "constexpr bool A_T = true, B_T = false;" in source
-    assert "const int a_rows = A_T ? o.K : o.M, a_cols = A_T ? o.M : o.K;" in source
-    assert "a_rows, a_cols, a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols,\n                                    64, 64," in source
+    assert "constexpr bool GG_A_T = true;" in source and "constexpr bool GG_B_T = false;" in source
+    assert "const int a_rows = GG_A_T ? o.K : o.M, a_cols = GG_A_T ? o.M : o.K;" in source
+    assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+64, 64,", source)
     assert "over A (K x M as stored, box 64 x 64)" in source
-    assert "gg_pack_plan<8, __half, false, true>(M, N, K, A, B, a_bytes, b_bytes);" in source  # the pack kernel
-    assert "gg_pack_plan<8, __half, false, true>(o.M, o.N, o.K, o.A, o.B, out.a_bytes, out.b_bytes);" in source
-    assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, A_T ? K : M, A_T ? M : K);" in source
+    assert "gg_pack_plan<8, __half, GG_B_T, GG_A_T>(M, N, K, A, B, a_bytes, b_bytes);" in source  # the pack kernel
+    assert "gg_pack_plan<8, __half, GG_B_T, GG_A_T>(o.M, o.N, o.K, o.A, o.B, out.a_bytes, out.b_bytes);" in source
+    assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, GG_A_T ? K : M, GG_A_T ? M : K);" in source
     nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
     assert "constexpr bool HP_A_T = false" in nn and "HP_A_LOADS = 1," in nn
     assert "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
-    assert "constexpr bool A_T = false, B_T = false;" in nn and "over A (M x K, box 128 x 64)" in nn
-    assert "a_rows, a_cols, a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols,\n                                    128, 64," in nn
+    assert "constexpr bool GG_A_T = false;" in nn and "over A (M x K, box 128 x 64)" in nn
+    assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+128, 64,", nn)
 
 
 def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
@@ -564,9 +564,9 @@ def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
     assert "HP_TRANSPOSE_B ? (HP_SWAP ? HP_A_BOX_BYTES : B_BOX_BYTES) : 16, 1024);" in source
     assert "HP_A_LOADS = 4," in source and "constexpr unsigned HP_A_BOX_BYTES = 8192," in source
     # the launcher's maps: A K x M, B N x K, both as stored
-    assert "constexpr bool A_T = true, B_T = true;" in source
-    assert "const int a_rows = A_T ? o.K : o.M, a_cols = A_T ? o.M : o.K;" in source
-    assert "const int b_rows = B_T ? o.N : o.K, b_cols = B_T ? o.K : o.N;" in source
+    assert "constexpr bool GG_A_T = true;" in source and "constexpr bool GG_B_T = true;" in source
+    assert "const int a_rows = GG_A_T ? o.K : o.M, a_cols = GG_A_T ? o.M : o.K;" in source
+    assert "const int b_rows = GG_B_T ? o.N : o.K, b_cols = GG_B_T ? o.K : o.N;" in source
 
 
 @pytest.mark.slow

@@ -139,7 +139,8 @@ def test_every_launch_of_a_sequence_gets_the_workspace_its_kernel_uses(label):
 def test_the_launcher_keeps_one_workspace_per_stream_and_device():
     source = render_kernel(resolve_point("splitk"))
     assert "if (slot->device == device && slot->stream == stream && slot->thread == thread)" in source
-    assert "gg_splitk_needs(grid_x * grid_y * o.batch, gg_kernel::split_k, 1024, out.flag_words, out.partial_bytes);" in source
+    assert ("gg_splitk_needs(grid_x * grid_y * o.batch, gg_kernel::split_k, 1024, out.flag_words, "
+            "out.partial_bytes);") in source
     # a buffer too small is replaced once the stream's queued launches are done; new flags are zeroed
     assert "cudaStreamSynchronize(slot.stream)" in source
     assert 'gg_regrow(kernel, "flags", slot, reinterpret_cast<void**>(&slot.flags), &slot.flag_bytes,\n' \

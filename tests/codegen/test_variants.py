@@ -44,12 +44,14 @@ def test_hopper_source_for_b_stored_transposed_and_bf16_c():
     assert "float beta, __nv_bfloat16* C, cudaStream_t stream)" in re.sub(r"\s+", " ", source)
     assert 'return "nt bf16 none none";' in source
     # B's map is N x K with K inner; C's map is bf16 in 64-column boxes; no transpose bit
-    assert "constexpr bool A_T = false, B_T = true;" in source
-    assert "const int b_rows = B_T ? o.N : o.K, b_cols = B_T ? o.K : o.N;" in source
-    assert re.search(r"CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof\(__nv_bfloat16\), o.C, o.M, o.N, \(size_t\)o.N,\s+16, 64, "
+    assert "constexpr bool GG_A_T = false;" in source and "constexpr bool GG_B_T = true;" in source
+    assert "const int b_rows = GG_B_T ? o.N : o.K, b_cols = GG_B_T ? o.K : o.N;" in source
+    assert re.search(r"CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof\(__nv_bfloat16\), o.C, o.M, o.N, \(size_t\)o.N,"
+                     r"\s+16, 64, "
                      r"c_mats, c_step\);", source)
     assert re.search(r"m64n256k16\.f32\.bf16\.bf16.*acc, 1, 1, 0, 0;", source, re.S)
-    assert "gg_pack_plan<8, __nv_bfloat16, true, false>" in source and "B, B_T ? N : K, B_T ? K : N);" in source
+    assert "gg_pack_plan<8, __nv_bfloat16, GG_B_T, GG_A_T>" in source
+    assert "B, GG_B_T ? N : K, GG_B_T ? K : N);" in source
     assert "gg_pack2<__nv_bfloat16>" in source
     plain = render_kernel(make_config("hopper", {"BM": 128, "BN": 256}, "bf16"))
     assert "acc, 1, 1, 0, 1;" in plain and 'return "nn fp32 none none";' in plain and "float* __restrict__ C" in plain

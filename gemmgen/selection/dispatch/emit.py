@@ -45,7 +45,8 @@ def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
         f"  gemmgen emit {shlex.join(emit_args)}",
         "",
         f"dispatcher : C = {computes(v)} for any M, N, K through {len(plan.kernels)} kernel(s), chosen per",
-        f"{MORE}token count for {len(plan.layers)} layer(s); {plan.precision} A and B ({first.element_type}), {v.out} C "
+        f"{MORE}token count for {len(plan.layers)} layer(s); {plan.precision} A and B ({first.element_type}), "
+        f"{v.out} C "
         f"({PRECISIONS[v.out].c_type}), row-major{stored}",
         f"{MORE}(variant {v.text}{bias}); target {build.name}",
         *batch_lines(v),
@@ -93,7 +94,7 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     `emit --harness` does a kernel.
 
     Every kernel computes ``plan.variant``; the launcher, _plan and _describe have a single
-    kernel's signatures for it (gemmgen.launcher_abi): C of its type and, where it adds a bias,
+    kernel's signatures for it (gemmgen.codegen.launcher_abi): C of its type and, where it adds a bias,
     ``const CT* bias`` right after C; for batch=strided, the batch count after K and a stride
     after each matrix and the bias. The kernel is chosen by (M, N, K) alone, whatever the batch."""
     variant = plan.variant
