@@ -112,9 +112,11 @@ def test_mma_renders_the_stored_layout_for_its_cpp_to_follow(trans):
     assert f'return "{trans} fp32' in source  # the launcher says what it computes
     assert "int lda = A_T ? M : K, ldb = B_T ? K : N;" in body  # leading dimensions of A and B as stored
     assert "gg_packed_operands<VEC, T, B_T, A_T>(M, N, K, A, B, ws.packed, a_op, lda, b_op, ldb);" in body
-    plan = f"gg_pack_plan<8, __nv_bfloat16, {b_t}{', true' if trans[0] == 't' else ''}>(M, N, K, A, B, a_bytes, b_bytes);"
-    assert source.count(plan) == 2  # the launcher's plan and the pack kernel's
-    assert f"(ws), A, {'K, M' if trans[0] == 't' else 'M, K'});" in source
+    # the pack kernel's plan and the launcher's, of A and B as stored (the vocabulary's GG_A_T, GG_B_T)
+    assert f"constexpr bool GG_A_T = {a_t};" in source and f"constexpr bool GG_B_T = {b_t};" in source
+    assert "gg_pack_plan<8, __nv_bfloat16, GG_B_T, GG_A_T>(M, N, K, A, B, a_bytes, b_bytes);" in source
+    assert "gg_pack_plan<8, __nv_bfloat16, GG_B_T, GG_A_T>(o.M, o.N, o.K, o.A, o.B, out.a_bytes, out.b_bytes);" in source
+    assert "(ws), A, GG_A_T ? K : M, GG_A_T ? M : K);" in source
 
 
 @pytest.mark.parametrize("trans", LAYOUTS)
