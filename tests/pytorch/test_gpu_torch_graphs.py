@@ -267,10 +267,11 @@ def test_what_cannot_be_captured_is_refused_and_the_capture_survives(ops, tmp_pa
     earlier gemmgen: its workspace functions hidden here), raise NotCapturable before touching the
     stream; the capture then goes on and its graph replays right."""
     from gemmgen.measure.launcher import Launcher
+    from gemmgen.torch.op import _LOADED
 
     op = ops["mma_split"]
     older = gt.GemmOp(Launcher(op.path), op.path)
-    gt._LOADED[op.key] = op  # the operators keep calling the op of this module
+    _LOADED[op.key] = op  # the operators keep calling the op of this module
     older.launcher._plan_ws = None  # what Launcher finds in a library of an earlier gemmgen
     assert not older.launcher.takes_workspace
     gen = torch.Generator(device="cuda").manual_seed(SEED + 4)
