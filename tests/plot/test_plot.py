@@ -61,7 +61,9 @@ def db_file(tmp_path) -> Path:
 
 @pytest.fixture
 def db(db_file):
-    with ResultsDB(f"sqlite:///{db_file}", create=False) as results:
+    """The copy of the shipped file, opened to record into (the shipped file is in rollback-journal
+    mode, which create=False would open read-only)."""
+    with ResultsDB(f"sqlite:///{db_file}") as results:
         yield results
 
 
@@ -281,7 +283,7 @@ def test_ladder_picture(db_file, tmp_path):
 
 
 def test_ladder_picture_of_all_six(db_file, tmp_path):
-    with ResultsDB(f"sqlite:///{db_file}", create=False) as results:
+    with ResultsDB(f"sqlite:///{db_file}") as results:  # a copy, recorded into
         for name in LADDER:
             _store(results, name, Shape(4096, 4096, 4096), 20.0)
     texts = draw_both(db_file, tmp_path, "ladder")
