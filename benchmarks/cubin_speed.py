@@ -7,7 +7,7 @@ OLD_DIR and NEW_DIR hold emitted .cu files (one kernel each, the same file names
 from the two trees by benchmarks/cubins.py --emit). Each pair is built (in parallel), loaded with
 gemmgen.torch.load, and called on the same operands at three shapes (thin, mid and square; a batch
 of 4 for a batched variant) in alternation (benchmarks/alternate.py: L2 flushed, C poisoned,
-median of 30 after warm-up, launch gaps hidden); the two results must agree (bitwise, or within
+median of --rounds after warm-up, launch gaps hidden); the two results must agree (bitwise, or within
 2% where the compiler contracted a multiply-add differently). Prints new/old time per kernel and shape
 and the geometric mean; exit 1 where a pair disagrees. Needs torch and a GPU.
 """
@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--rounds", type=int, default=30, help="timed calls of each version per shape (median)")
     args = ap.parse_args(argv)
     names = sorted(p.name for p in args.old.glob("*.cu") if (args.new / p.name).is_file())
     with ProcessPoolExecutor(os.cpu_count()) as pool:
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
             out_new = out.clone()
             fns = [(lambda: out.fill_(float("nan")), lambda: old(a, b, out, bias=bias)),
                    (lambda: out_new.fill_(float("nan")), lambda: new(a, b, out_new, bias=bias))]
-            t_old, t_new = timer.timed(fns, rounds=30, hide_us=40.0)
+            t_old, t_new = timer.timed(fns, rounds=args.rounds, hide_us=40.0)
             same = torch.equal(out, out_new)  # bitwise; close: within rounding where FMA contraction moved
             close = same or torch.allclose(out.float(), out_new.float(), rtol=2e-2, atol=2e-2)
             wrong += not close
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     ratios = [r["ratio"] for r in rows]
     print(f"{len(rows)} timings of {len(names)} kernels: new/old geomean "
           f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f}, min {min(ratios):.3f}, max {max(ratios):.3f}; "
-          f"{wrong} results differ")
+          f"{sum(abs(r - 1) > 0.01 for r in ratios)} beyond 1%; {wrong} results differ")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 1 if wrong or failed else 0
