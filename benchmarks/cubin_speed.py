@@ -25,14 +25,16 @@ from alternate import Alternate
 
 import gemmgen.torch as gt
 from gemmgen.build.nvcc import DEFAULT_FLAGS, build_library
-from gemmgen.describe.arch import parse_arch
+from gemmgen.torch.checks import build_target, source_target
 
 SHAPES = ((256, 6144, 4096), (1536, 4096, 4096), (4096, 4096, 4096))
 BATCH = 4
 
 
 def _build(path: Path) -> str:
-    result = build_library(path.read_text(), parse_arch("sm_90a"), DEFAULT_FLAGS)
+    """Build ``path`` as gemmgen.torch.load will (its own target, the default flags), into the cache."""
+    source = path.read_text()
+    result = build_library(source, build_target(source_target(source), None, None), DEFAULT_FLAGS)
     return "" if result.ok else f"{path}: {result.log[-300:]}"
 
 

@@ -139,7 +139,8 @@ class GemmOp:
                               f"{'BatchedGemmOp' if self.variant.batched else 'GemmOp'} (gemmgen.torch.load picks)")
         self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
         self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
-        self._local = threading.local()  # .plans: this thread's launch arguments -> Plan, oldest first
+        # this thread's .plans (launch arguments -> Plan, oldest first) and .buffers (_workspace)
+        self._local = threading.local()
         self.key = f"{self.path}:{launcher.name}"
         _LOADED[self.key] = self
 
