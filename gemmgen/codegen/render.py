@@ -5,6 +5,7 @@ import math
 from functools import lru_cache
 
 import jinja2
+import jinja2.meta
 
 from gemmgen.codegen.header import header_lines
 from gemmgen.codegen.launcher_abi import launcher_abi
@@ -105,13 +106,28 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
 
 
 def template_hash(config: KernelConfig) -> str:
-    """SHA-256 (first 16 hex digits) of the template files a config's source is made from."""
+    """SHA-256 (first 16 hex digits) of the template files a config's source can be made from: its
+    family's template and every file that one extends or includes, found by reading them (so a new
+    included file counts without a list to keep)."""
     folder = templates_dir()
     digest = hashlib.sha256()
-    for name in ("base.cu.j2", "common.cuh.j2", "launcher.cuh.j2", "launch_types.cuh", "ptx.cuh", "ptx_sm90.cuh",
-                 config.family.template):
+    for name in sorted(_template_files(config.family.template)):
         digest.update((folder / name).read_bytes())
     return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def _template_files(name: str) -> frozenset[str]:
+    """``name`` and the templates it extends or includes, recursively (all by literal names)."""
+    env = environment()
+    found, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            source = env.loader.get_source(env, current)[0]
+            todo += [ref for ref in jinja2.meta.find_referenced_templates(env.parse(source)) if ref is not None]
+    return frozenset(found)
 
 
 def source_hash(source: str) -> str:

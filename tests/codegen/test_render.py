@@ -154,3 +154,15 @@ def test_template_values_become_cpp_literals():
     assert (cpp(True), cpp(False), cpp(8)) == ("true", "false", "8")
     with pytest.raises(TypeError):
         cpp("8")
+
+
+def test_the_template_hash_covers_every_file_a_template_includes():
+    """template_hash reads the family's template and what it extends and includes, found in the
+    files themselves: the vocabulary header and the shared reference count, hopper's PTX wrappers
+    only for hopper."""
+    from gemmgen.codegen.render import _template_files
+
+    frame = {"base.cu.j2", "common.cuh.j2", "vocab.cuh.j2", "launcher.cuh.j2", "launch_types.cuh", "harness.cuh.j2",
+             "reference.cuh"}
+    assert _template_files("warp.cu.j2") == frame | {"warp.cu.j2"}
+    assert _template_files("hopper.cu.j2") == frame | {"hopper.cu.j2", "ptx.cuh", "ptx_sm90.cuh"}
