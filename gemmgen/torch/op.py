@@ -157,7 +157,7 @@ class GemmOp:
         return f"GemmOp({str(self.path)!r}, precision={self.precision!r}{variant})"
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
-                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+                 alpha: float = 1, beta: float = 0, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``out = act(alpha * op(a) @ op(b) + beta * out + bias)``; returns ``out``.
 
         a and b: tensors of ``self.dtype`` on one CUDA device, contiguous row-major (a transposed
@@ -191,6 +191,8 @@ class GemmOp:
         without the caller's workspace) cannot launch during a capture, and
         gemmgen.measure.device.LaunchFailed for any other CUDA error.
         """
+        # alpha and beta default to ints: torch.compile reads float defaults (__kwdefaults__) as
+        # dynamic inputs of the graph, 0-dim tensors, then compiles once more without them.
         if torch.compiler.is_compiling() or _dispatch_modes():
             return self._through_op(a, b, out, alpha, beta, bias)
         return self._eager(a, b, out, alpha, beta, bias, keep=True)
@@ -411,7 +413,7 @@ class BatchedGemmOp(GemmOp):
     _batched_abi = True
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
-                 alpha: float = 1.0, beta: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+                 alpha: float = 1, beta: float = 0, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``out[i] = act(alpha * op(a[i]) @ op(b[i]) + beta * out[i] + bias[i])`` for every i of
         the batch, in one launch; returns ``out``.
 

@@ -162,6 +162,9 @@ def test_torch_compile_traces_the_call_as_one_node_of_one_graph(dynamic):
     for graph in backend.graphs:
         ((name, args),) = backend.calls(graph)
         assert name in ("gemmgen.gemm", "gemmgen.gemm_out") and args[0] == LINEAR.key
+    for graph in backend.graphs:  # alpha and beta's defaults are constants of the graph, not inputs
+        placeholders = [str(n.target) for n in graph.graph.nodes if n.op == "placeholder"]
+        assert not [p for p in placeholders if "alpha" in p or "beta" in p], placeholders
     if dynamic:  # the shapes are symbols of the graph, not constants
         placeholders = [str(n.target) for n in backend.graphs[0].graph.nodes if n.op == "placeholder"]
         assert sum(1 for p in placeholders if re.fullmatch(r"s\d+", p)) >= 2, placeholders
