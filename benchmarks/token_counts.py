@@ -1,11 +1,12 @@
 """A dispatcher against torch at token counts drawn at random (issue 29's measure): for each layer
 N x K given, COUNT token counts drawn uniformly from [LO, HI] (without the counts a workload file
 lists for it, with --not-in), each shape's result checked against float64, and its time against
-torch.mm's (cuBLAS, fp32 out: ``torch.mm(a, b, out_dtype=torch.float32)``; for a variant with B
-stored N x K, ``F.linear``) in the same process: alternating, median after warm-up, random data,
-L2 flushed (a read of 2x L2) and C poisoned before each call, the host's latency hidden
-(Alternate.timed_gpu). Prints per layer and in all the geometric mean, the worst, and the counts
-under 0.90 and 0.80; writes every row to OUT.json and, with --plot, the ratio against M per layer.
+torch's in the same process (cuBLAS, fp32 out: ``torch.mm(a, b, out_dtype=torch.float32)``; for a
+variant with B stored N x K, ``F.linear``, with the column bias where the variant adds one):
+alternating, median after warm-up, random data, L2 flushed (a read of 2x L2) and C poisoned before
+each call, the host's latency hidden (Alternate.timed_gpu). Prints per layer and in all the
+geometric mean, the worst, and the counts under 0.90 and 0.80; writes every row to OUT.json and,
+with --plot, the ratio against M per layer.
 usage: python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --layer NxK [--layer ...]
        [--count 100] [--range 1 8192] [--seed 29] [--not-in WORKLOAD.toml] [--plot OUT.png]
        [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)"""
@@ -102,26 +103,32 @@ def main() -> None:
         b = (torch.rand(*b_shape, device=dev, generator=gen) * 2 - 1).to(dtype)
         out_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[variant.out]
         c, c_ref = torch.empty(m, n, device=dev, dtype=out_dtype), torch.empty(m, n, device=dev, dtype=out_dtype)
+        bias = (torch.rand(n, device=dev, generator=gen) * 2 - 1).to(out_dtype) if variant.bias == "col" else None
+        if variant.bias not in ("none", "col") or variant.act != "none" or (bias is not None and out_dtype != dtype):
+            sys.exit(f"{args.dispatcher}: variant {variant.text}: only no bias or a column bias into A's type "
+                     f"(F.linear's), and no activation, have a torch call to compare with here")
         if variant.b_transposed:
-            theirs = lambda: torch.nn.functional.linear(a, b, out=c_ref) if out_dtype == dtype else \
+            theirs = lambda: torch.nn.functional.linear(a, b, bias, out=c_ref) if out_dtype == dtype else \
                 torch.mm(a, b.t(), out_dtype=out_dtype, out=c_ref)
         else:
             theirs = lambda: torch.mm(a, b, out_dtype=out_dtype, out=c_ref) if out_dtype != dtype else \
                 torch.mm(a, b, out=c_ref)
-        ours = lambda: op(a, b, out=c)
+        ours = lambda: op(a, b, out=c, bias=bias)
         fns = [(lambda: c.fill_(float("nan")), ours), (lambda: c_ref.fill_(float("nan")), theirs)]
         t_ours, t_torch = clock.timed_gpu(fns, rounds=args.rounds)
         c.fill_(float("nan"))
         ours()
         torch.cuda.synchronize()
         a64, b64 = a.double(), (b.double().t() if variant.b_transposed else b.double())
-        verdict = verify.judge(gpu_stats(c, a64 @ b64, a64.abs() @ b64.abs(), args.precision, k, variant.out),
+        bias64 = torch.zeros(n, dtype=torch.float64, device=dev) if bias is None else bias.double()
+        verdict = verify.judge(gpu_stats(c, a64 @ b64 + bias64, a64.abs() @ b64.abs() + bias64.abs(), args.precision,
+                                         k, variant.out),
                                args.precision, k, variant.out)
         row = {"m": m, "n": n, "k": k, "kernel": op.choice(m, n, k), "us": t_ours * 1e3, "torch_us": t_torch * 1e3,
                "ratio": t_torch / t_ours, "correct": bool(verdict.ok), "message": verdict.message}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del a, b, c, c_ref, a64, b64
+        del a, b, c, c_ref, a64, b64, bias
         torch.cuda.empty_cache()
     result = {"label": args.label, "precision": args.precision, "dispatcher": args.dispatcher,
               "variant": variant.text, "range": list(args.range), "seed": args.seed, "rows": rows,
