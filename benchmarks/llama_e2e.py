@@ -144,8 +144,10 @@ def alternate(fns, rounds: int, warmup: int) -> list:
 
 def timing(phase: str, shape: str, first: list, samples: list, **more) -> dict:
     """One row of the table and the JSON: the medians, their ratio (stock / patched) and every
-    sample, of stock and patched (``first`` and ``samples`` in that order)."""
+    sample, of stock and patched (``first`` and ``samples`` in that order); printed as it comes."""
     stock, patched = (statistics.median(s) for s in samples)
+    print(f"  {phase} {shape}: stock {stock:.3f} ms, patched {patched:.3f} ms, x{stock / patched:.3f}; "
+          f"first calls {first[0]:.1f} s, {first[1]:.1f} s", flush=True)
     return {"phase": phase, "shape": shape, **more, "stock_ms": stock, "patched_ms": patched, "ratio": stock / patched,
             "stock_first_call_s": first[0], "patched_first_call_s": first[1],
             "stock_samples_ms": samples[0], "patched_samples_ms": samples[1]}
