@@ -90,9 +90,7 @@ class Linear(torch.nn.Linear):
         rows = x.reshape(-1, self.in_features)
         if not rows.is_contiguous():
             rows = rows.contiguous()
-        # alpha and beta given as literals: torch.compile(dynamic=True) would make the defaults graph inputs
-        return self.op(rows, self.weight, None, alpha=1.0, beta=0.0, bias=self.bias).view(*x.shape[:-1],
-                                                                                          self.out_features)
+        return self.op(rows, self.weight, bias=self.bias).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, op={self.op!r}"
