@@ -3,6 +3,7 @@ ask for the best kernel, and emit a dispatcher for the example workload that nvc
 of it from a read-only copy."""
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -43,6 +44,21 @@ def test_a_dispatcher_for_the_example_workload_builds_from_the_shipped_file(caps
     first = source.split("//   0  ", 1)[1].split()[0]  # the first kernel of the header's list
     build = build_library(source, resolve_point(first, "sm_90").build_arch)
     assert build.ok, build.log
+
+
+@pytest.mark.parametrize("bias", ["none", "col"])
+def test_the_shipped_file_serves_f_linears_layers(capsys, tmp_path, bias):
+    """Issue 30: F.linear's Llama-3-8B layers in bf16 (nt, bf16 C), without and with a column
+    bias, are measured in the shipped file: their dispatcher is emitted without a GPU, every layer
+    from measurements of its own (none predicted), in F.linear's variant."""
+    out = tmp_path / "linear.cu"
+    assert main(["emit", "--dispatch", "--workload", str(ROOT / "workloads" / "llama3-8b-linear.toml"), "--bias", bias,
+                 "--gpu", "sm_90", "--db", str(DB), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "for 4 layer(s) (N x K), every M from 1 to 8192:" in err and "predicted" not in err
+    suffix = "_bf16_nt_obf16" + ("_bcol" if bias == "col" else "")
+    kernels = re.findall(r"^//\s+\d+  (\S+)$", out.read_text(), re.M)  # the header's list of its kernels
+    assert kernels and all(k.startswith("hopper_") and k.endswith(suffix) for k in kernels), kernels
 
 
 def test_the_file_ships_in_rollback_journal_mode():
