@@ -9,6 +9,7 @@ import jinja2.meta
 
 from gemmgen.codegen.header import header_lines
 from gemmgen.codegen.launcher_abi import launcher_abi
+from gemmgen.codegen.trim import trim
 from gemmgen.describe import tolerance
 from gemmgen.describe.arch import MAX_GRID_Y
 from gemmgen.describe.config import KernelConfig
@@ -68,14 +69,15 @@ def harness_checks(precision: str, variant: Variant) -> dict:
             "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in tolerance.CHECKS]}
 
 
-def render_kernel(config: KernelConfig, harness: bool = False) -> str:
+def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool = False) -> str:
     """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
     ``harness``, a main() that checks the kernel's variant against a float64 reference (as
     gemmgen/verify.py) and times it. Every value in the source comes from a validated
-    KernelConfig; raises jinja2.TemplateError only on a bug in a template."""
+    KernelConfig; raises jinja2.TemplateError only on a bug in a template. The templates' code
+    for other points and variants is trimmed away (gemmgen.codegen.trim), unless ``untrimmed``."""
     g = config.geometry
     template = environment().get_template(config.family.template)
-    return template.render(
+    source = template.render(
         header=header_lines(config, harness),
         abi=launcher_abi(config.variant, config.element_type, config.output_type,
                          maps=(2 + (g.tma.box_c is not None)) if g.tma else 0),
@@ -103,6 +105,7 @@ def render_kernel(config: KernelConfig, harness: bool = False) -> str:
         harness=harness,
         judge=harness_checks(config.precision, config.variant) if harness else None,
     )
+    return source if untrimmed else trim(source)
 
 
 def template_hash(config: KernelConfig) -> str:

@@ -13,7 +13,7 @@ from conftest import assert_compiles_without_spills, build_all
 from gemmgen.codegen.render import render_kernel
 from gemmgen.describe import tolerance
 from gemmgen.describe.config import make_config
-from gemmgen.describe.problem import ACTIVATIONS, BIASES, FIELD, Variant
+from gemmgen.describe.problem import ACTIVATIONS, BIASES, Variant
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure import verify
 from gemmgen.measure.cublaslt import supported
@@ -62,9 +62,8 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     # launcher, _plan, _launch_workspace, _plan_workspace; each hands the bias to the plan's operands
     assert flat.count("float beta, __nv_bfloat16* C, const __nv_bfloat16* bias, cudaStream_t stream)") == 4
     assert source.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, bias, 0, 0, 0, 0}") == 4
-    for key, value in (("bias", "col"), ("act", "gelu")):
-        field = FIELD[key]
-        assert f"constexpr {field.cpp_type} {field.cpp_const} = {field.cpp_name(value)};" in source
+    assert "constexpr gg_bias GG_BIAS = GG_BIAS_COL;" in source
+    assert_activation_is(source, "gelu")
     assert "constexpr bool HP_EPILOGUE = true, HP_ROW_BIAS = false, HP_COL_BIAS = true;" in source
     # in the registers, before the TMA-store boxes
     assert ("x = hp_activate(HP_ROW_BIAS ? alpha * x + row_bias[mi][h] : HP_COL_BIAS ? alpha * x + col_bias[e] : "
@@ -81,7 +80,7 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     assert "constexpr int HELD_BOXES = 2;" in held and "HP_C_BOX_COLS = 64;" in held
     assert "store_held_box(1);" in held and "store_held_box(2);" not in held
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
-    assert "constexpr bool HP_EPILOGUE = false," in plain and "__restrict__ bias" not in plain
+    assert "constexpr bool HP_EPILOGUE = false;" in plain and "__restrict__ bias" not in plain
     assert re.sub(r"\s+", " ", plain).count("__nv_bfloat16* C, cudaStream_t stream)") == 4
     assert plain.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0}") == 4  # no bias
 
@@ -107,6 +106,17 @@ EPILOGUE_POINTS = [
     ("warp", "fp32", {**WARP, "trans": "tt", "split_k": 4, "bias": "row", "act": "silu"}),
     ("warp", "fp32", {**WARP, "split_k": 2, "act": "relu"}),
 ]
+
+
+# A line of each activation's code in gg_activate (common.cuh.j2)
+ACTIVATION_CODE = {"relu": "return x < 0.0f ? 0.0f : x;", "gelu": "0.7978845608028654f", "silu": "x * sigmoid(x)"}
+
+
+def assert_activation_is(source: str, act: str):
+    """gg_activate holds the code of the variant's activation alone (its if constexpr decided)."""
+    for name, code in ACTIVATION_CODE.items():
+        assert (code in source) == (name == act), name
+    assert "GG_ACT" not in re.sub(r"//[^\n]*", "", source)
 
 
 def _point_ids(points):
@@ -136,20 +146,25 @@ def test_mma_and_warp_apply_the_epilogue_once_at_the_store(family, precision, pa
         assert body.count("gg_bias_value(bias") == 1
         assert "auto bias_of = [&](int i, int n) -> float { return gg_bias_value(bias, i, n); };" in body
         loads = re.findall(r"bias_of\(([^;]*), ([MN])\)", body)  # of M rows (ROW_BIAS), or N columns
-        assert len(loads) == 2 and {count for _, count in loads} == {"M", "N"}, loads
+        assert 1 <= len(loads) <= 2 and ("M" if v.bias == "row" else "N") in {count for _, count in loads}, loads
+        assert "x += b;" in source  # gg_bias_act adds it
     else:
         assert "__restrict__ bias" not in source and "gg_bias_value(bias" not in body
         assert f"float beta, {ct}* C, cudaStream_t stream)" in re.sub(r"\s+", " ", source)
-    assert f"ROW_BIAS = {str(v.bias == 'row').lower()}, COL_BIAS = {str(v.bias == 'col').lower()}" in body
-    for key in ("bias", "act"):
-        field = FIELD[key]
-        assert f"constexpr {field.cpp_type} {field.cpp_const} = {field.cpp_name(getattr(v, key))};" in source
+    assert ("ROW_BIAS = true" not in body or v.bias == "row") and ("COL_BIAS = true" not in body or v.bias == "col")
+    if v.bias == "none":
+        assert "x += b;" not in source
+    assert_activation_is(source, v.act)
     stores = [m.start() for m in re.finditer(r"gg_store_c<|store_c\(std::integral_constant|bias_of\(", body)]
     assert stores
-    assert "gg_bias_act(alpha * acc[i] + beta * out[i]" in source  # gg_store_c: the sum first, then bias and act
+    if v.out == "fp32":  # gg_store_c: the sum first, then bias and act
+        assert "gg_bias_act(alpha * acc[i] + beta * out[i]" in source
     if family == "mma":  # 16-bit C: in fp32 before the one rounding
         assert "auto epilogue = [](float x, float b) -> float { return gg_bias_act(x, b); };" in body
         assert "out[e] = epilogue(out[e], " in body
+    if config.geometry.split_k == 1:
+        assert "gg_splitk_reduce" not in source
+        return
     reduce_helper = source.split("GG_DEVICE bool gg_splitk_reduce")[1].split("\n}\n")[0]
     assert "gg_bias_act" not in reduce_helper and "gg_activate" not in reduce_helper
     reduce = body.index("gg_splitk_reduce<")
@@ -165,7 +180,7 @@ def test_mma_and_warp_without_an_epilogue_have_no_epilogue_code(family, precisio
     assert "gg_bias_act" not in source and "gg_activate" not in source
     assert "bias" not in _kernel_body(source).split("{", 1)[0]  # the kernel's parameters
     assert "bool vec_ok)\n" in source  # gg_store_c takes no bias value
-    assert "ROW_BIAS = false, COL_BIAS = false" in source
+    assert "ROW_BIAS = true" not in source and "COL_BIAS = true" not in source
 
 
 @pytest.mark.slow

@@ -115,14 +115,17 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     source = re.sub(r"\s+", " ", render_kernel(config))  # on one line
     assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
                      r"float alpha, .*float\* __restrict__ C, const gg_workspace ws\)", source)
-    # the grid's z and the split-K workspace follow from split_k (gg_describe: if constexpr on it)
-    assert f"static constexpr int split_k = {config.geometry.split_k};" in source
-    assert ("out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, "
-            "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);") in source
+    # the grid's z and the split-K workspace follow from split_k (gg_describe's if constexpr on it,
+    # decided when the file is made: only the point's own code is left)
+    if not config.geometry.persistent:
+        assert f"static constexpr int split_k = {config.geometry.split_k};" in source
+        assert ("out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, "
+                "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);") in source
     assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\( "
                      r"(?:p\.maps\.map\[0\], p\.maps\.map\[1\], (?:p\.maps\.map\[2\], )?)?p\.ops\.M, p\.ops\.N, "
                      r"p\.ops\.K, p\.ops\.alpha, p\.ops\.A, p\.ops\.B, p\.ops\.beta, p\.ops\.C, ws\);", source)
-    assert "if constexpr (gg_kernel::split_k > 1) { gg_splitk_needs(grid_x * grid_y * o.batch" in source
+    assert ("gg_splitk_needs(grid_x * grid_y * o.batch" in source) == (config.geometry.split_k > 1)
+    assert "gg_kernel::split_k > 1" not in source
 
 
 def test_split_and_swizzle_code_only_where_asked():
@@ -134,20 +137,21 @@ def test_split_and_swizzle_code_only_where_asked():
         return {int(g) for g in re.findall(r"gg_(?:block_swizzle\(|tile_origin<BM, BN, )(\d+)", source)} - {1}
 
     plain = body(resolve_point("v4"))
-    assert "SPLIT_K = 1;" in plain and not groups(plain)  # C++ leaves out the split-K code (if constexpr)
+    assert "SPLIT_K = 1;" in plain and not groups(plain)
+    assert "gg_splitk" not in plain  # the split-K code is trimmed away (its if constexpr is false)
     split = body(warp(split_k=4))
-    assert "SPLIT_K = 4;" in split
-    assert "if constexpr (SPLIT_K > 1)\n        gg_splitk_range<BK>(K, split_begin, split_end);" in split
-    assert "if constexpr (SPLIT_K > 1) {" in split
-    assert "if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n            return;" in split
+    assert "SPLIT_K = 4;" in split and "if constexpr (SPLIT_K" not in split  # true: the code stands alone
+    assert "\n    gg_splitk_range<BK>(K, split_begin, split_end);" in split
+    assert "\n    if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n        return;" in split
     assert not groups(split)
     swizzled = body(warp(swizzle=8))
     assert groups(swizzled) == {8} and "SPLIT_K = 1;" in swizzled
 
 
 def test_common_helpers_keep_their_signatures():
-    """Other families call these; split-K added helpers beside them."""
-    source = render_kernel(resolve_point("v4"))
+    """Other families call these; split-K added helpers beside them (in the shared header, which
+    the untrimmed source holds whole)."""
+    source = render_kernel(resolve_point("v4"), untrimmed=True)
     for signature in (
         "GG_DEVICE void gg_load(T* v, const T* __restrict__ P, int ld, int rows, int cols, int r, int c, bool vec_ok)",
         "GG_DEVICE void gg_vload(T* dst, const T* src)",

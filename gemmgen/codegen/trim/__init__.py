@@ -1,0 +1,33 @@
+"""Trimming of a rendered CUDA file to the code its one point uses (render_kernel's last step).
+
+The templates express the differences between points and variants in C++ -- ``if constexpr`` on
+constants that Jinja renders (gg_kernel's, the vocabulary's GG_*, hopper's HP_*, a kernel's own)
+-- and the shared headers hold the helpers of every family, so a rendered file carries the code
+of every variant. ``trim`` removes, to a fixpoint, what the compiler would discard anyway:
+
+1. An ``if constexpr`` statement whose condition it can evaluate keeps only its live branch
+   (branches.py), the values read off the file's own constexpr declarations (constants.py).
+2. A namespace-scope definition (function, struct, enum, typedef, constant) that nothing left in
+   the file names goes, with the comment that heads it (unused.py).
+3. A constexpr variable that nothing names goes (unused.py).
+
+None of this changes a cubin: a discarded branch and an unused inline function or constant
+produce no code. Where removing a branch would change what a lambda captures, it stays (the
+closure's layout can move the compiler's output). The reader (cxx.py) knows tokens, brackets,
+statements and namespace-scope declarations, not C++ at large: what it cannot read, it leaves.
+"""
+
+import re
+
+from gemmgen.codegen.trim.branches import trim_branches
+from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions
+
+
+def trim(source: str) -> str:
+    """``source`` without the code the compiler would discard (see above), runs of blank lines
+    made one."""
+    while True:
+        before = source
+        source = drop_unused_constants(drop_unused_definitions(trim_branches(source)))
+        if source == before:
+            return re.sub(r"\n(?:[ \t]*\n){2,}", "\n\n", source)

@@ -1,0 +1,242 @@
+"""Step 1: an ``if constexpr`` statement whose condition the file's constants decide becomes its
+live branch, and a dead one without an else goes.
+
+The live branch keeps its text and comments, moved left to the statement's indentation. A block
+stands in the enclosing block without its braces where that changes no scope: none of its
+statements declares anything, or the statement ends its block and nothing before it in its
+function names what the block declares; otherwise it stays a block. Comments between the
+condition and the branch stay, above it. A statement the reader cannot lay out this way (not
+starting its line, say) is left as it is, and so is one inside a lambda whose captures its
+removal would change (would_change_captures).
+"""
+
+from gemmgen.codegen.trim.constants import Decided, decided_conditions
+from gemmgen.codegen.trim.cxx import (
+    INT_TYPES,
+    SIZEOF,
+    Shape,
+    Unreadable,
+    code_of,
+    declarators,
+    dedent,
+    indent_at,
+    is_declarator,
+    line_end,
+    line_start,
+    match,
+    rest_is_comment,
+    statement_end,
+    tokenize,
+)
+
+
+def trim_branches(source: str) -> str:
+    """``source`` with every decided ``if constexpr`` statement replaced by its live branch, to a
+    fixpoint (outer statements first, then what their branches hold)."""
+    while True:
+        tokens, code = tokenize(source), code_of(source)
+        shape = Shape(code)
+        edits, taken_until = [], -1
+        for decided in decided_conditions(code):
+            if code[decided.index].start < taken_until:
+                continue  # inside one edited already: the next pass
+            try:
+                edit = None if would_change_captures(shape, decided) else _edit(source, tokens, shape, decided)
+            except Unreadable:
+                continue
+            if edit is not None:
+                edits.append(edit)
+                taken_until = edit[1]
+        if not edits:
+            return source
+        for a, b, text in reversed(edits):
+            source = source[:a] + text + source[b:]
+
+
+def _parts(code, decided: Decided) -> tuple[int, tuple[int, int] | None, int]:
+    """(the condition's `)`, the live branch's first and last token or None, the statement's last
+    token) of the statement at decided."""
+    i = decided.index
+    close = match(code, i + 2)
+    if any(t.text == ";" for t in code[i + 3:close]):
+        raise Unreadable  # an init-statement: the templates write none
+    then_end = statement_end(code, close + 1)
+    has_else = then_end + 1 < len(code) and code[then_end + 1].text == "else"
+    last = statement_end(code, then_end + 2) if has_else else then_end
+    live = (close + 1, then_end) if decided.live else (then_end + 2, last) if has_else else None
+    return close, live, last
+
+
+def would_change_captures(shape: Shape, decided: Decided) -> bool:
+    """Whether removing the dead parts of the statement at decided changes what a lambda around it
+    captures. A lambda with a capture-default captures the locals of its function that it names,
+    discarded statements included, and its closure's layout follows them -- which can move the
+    compiler's output. A name counts as such a local where the function declares it before the
+    lambda (a constexpr scalar excepted: naming one is no odr-use); the lambda keeps capturing it
+    where it names it elsewhere too."""
+    code = shape.code
+    _, live, last = _parts(code, decided)
+    removed = set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
+    names = {code[n].text for n in removed if code[n].kind == "id" and code[n - 1].text not in (".", "->", "::")}
+    start = shape.start[decided.index]
+    for brace in shape.braces_around(decided.index):
+        intro = shape.lambda_introducer(brace)
+        if intro is None or code[intro + 1].text not in ("&", "=") or code[intro + 2].text not in (",", "]"):
+            continue
+        locals_before = _locals(code, start, intro)
+        named_elsewhere = {code[n].text for n in range(intro, match(code, brace) + 1)
+                           if n not in removed and code[n].kind == "id"}
+        if any(name in locals_before and name not in named_elsewhere for name in names):
+            return True
+    return False
+
+
+def _locals(code, a: int, b: int) -> set[str]:
+    """Names that code[a:b] may declare as variables or parameters, but constexpr scalars."""
+    constants = set()  # indexes of the declarators of constexpr scalars
+    for n in range(a, b):
+        if code[n].text == "constexpr" and code[n - 1].text != "if":
+            try:
+                found = declarators(code, n) or []
+            except Unreadable:
+                found = []
+            if found and {t.text for t in code[n + 1:found[0][0]]} <= INT_TYPES | {"static", "const", "auto"}:
+                constants.update(d[0] for d in found)
+    return {code[n].text for n in range(a, b) if code[n].kind == "id" and n not in constants and is_declarator(code, n)}
+
+
+_STATEMENT_WORDS = {"if", "for", "while", "do", "switch", "return", "break", "continue", "{", "asm", "++", "--", "*",
+                    "("}
+_DECLARING_WORDS = {"const", "constexpr", "static", "auto", "using", "typedef", "case", "default", "struct", "class",
+                    "enum", "thread_local", "extern", "register", "volatile"} | INT_TYPES | set(SIZEOF)
+_AFTER_AN_EXPRESSION_START = {"(", "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", ".", "->", "[",
+                              "++", "--"}
+
+
+def _declares_nothing(code, i: int, end: int) -> bool:
+    """Whether no statement directly inside the block code[i] .. code[end] (its braces) declares a
+    name: each is a control statement, a block, or an expression (a call, an assignment)."""
+    j = i + 1
+    while j < end:
+        t = code[j]
+        if t.kind == "pp":
+            j += 1
+            continue
+        if t.text in _STATEMENT_WORDS:
+            pass
+        elif t.kind == "id" and t.text not in _DECLARING_WORDS:
+            k = j + 1
+            while k + 1 < end and code[k].text == "::":
+                k += 2
+            if code[k].text == "<":  # template arguments: a call follows them, or a declarator
+                depth = 0
+                while k < end:
+                    depth += {"<": 1, ">": -1, ">>": -2}.get(code[k].text, 0)
+                    if code[k].text == ";":
+                        return False
+                    k += 1
+                    if depth <= 0:
+                        break
+                if code[k].text != "(":
+                    return False
+            elif code[k].text not in _AFTER_AN_EXPRESSION_START or code[k - 1].text == "::" and code[k].text != "(":
+                return False
+        else:
+            return False
+        j = statement_end(code, j) + 1
+    return True
+
+
+def _ends_block_unclashing(shape: Shape, i: int, last: int, b0: int, b1: int) -> bool:
+    """Whether the statement code[i] .. code[last] ends its block and nothing before it in its
+    function names what its branch code[b0] .. code[b1] declares: then the branch's statements
+    can stand in the enclosing block, their names living to its end (where they die anyway)."""
+    code = shape.code
+    if last + 1 >= len(code) or code[last + 1].text != "}":
+        return False
+    declared = {code[n].text for n in range(b0 + 1, b1) if code[n].kind == "id" and is_declarator(code, n)}
+    return not any(code[n].kind == "id" and code[n].text in declared for n in range(shape.start[i], i))
+
+
+def _comments_between(tokens, a: int, b: int) -> list:
+    return [t for t in tokens if t.kind == "comment" and a <= t.start and t.end <= b]
+
+
+def _edit(source: str, tokens, shape: Shape, decided: Decided) -> tuple[int, int, str] | None:
+    """(start, end, text): the replacement of the statement at decided by its live branch, or None
+    where it cannot be laid out cleanly."""
+    code, i = shape.code, decided.index
+    close, live, last = _parts(code, decided)
+    then_end = statement_end(code, close + 1)
+    s_start, s_end = code[i].start, code[last].end
+    heads_from = None if live is None else code[close].end if decided.live else code[then_end + 1].end
+    if i > 0 and code[i - 1].text == "else":
+        return _else_edit(source, tokens, code, i, live, heads_from, s_end)
+    j = i - 1
+    while j >= 0 and code[j].kind == "pp":
+        j -= 1
+    in_block = j < 0 or code[j].text in ("{", ";", "}")  # not the substatement of a loop or an if
+    ls = line_start(source, s_start)
+    if source[ls:s_start].strip() or not rest_is_comment(source, s_end):
+        return None
+    c0 = s_start - ls
+    ind = " " * c0
+    end = min(len(source), line_end(source, s_end) + 1)
+    if live is None:
+        return (ls, end, "") if in_block else None
+    b0, b1 = live
+    lines = [ind + c.text for c in _comments_between(tokens, heads_from, code[b0].start)]
+    last_part = code[b1].end == s_end
+    if code[b0].text == "{":
+        open_end = line_end(source, code[b0].end)
+        close_ls = line_start(source, code[b1].start)
+        after_open = source[code[b0].end:open_end].strip()
+        if (after_open and not after_open.startswith("//")) or source[close_ls:code[b1].start].strip():
+            return None
+        inner = source[open_end + 1:close_ls].split("\n")[:-1] if close_ls > open_end else []
+        after_close = source[code[b1].end:line_end(source, code[b1].end)].rstrip() if last_part else ""
+        if in_block and (_declares_nothing(code, b0, b1) or _ends_block_unclashing(shape, i, last, b0, b1)):
+            firsts = [ln for ln in inner if ln.strip() and not ln.startswith("#")]
+            by = max(0, len(firsts[0]) - len(firsts[0].lstrip(" ")) - c0) if firsts else 0
+            lines += [ind + after_open] if after_open else []
+            lines += dedent(inner, by)
+            lines += [ind + after_close.strip()] if after_close.strip() else []
+        else:
+            lines += [ind + "{" + (" " + after_open if after_open else "")]
+            lines += dedent(inner, max(0, indent_at(source, code[b1].start) - c0))
+            lines += [ind + "}" + after_close]
+    else:
+        k = b0
+        while code[k].kind == "pp":
+            k += 1
+        b_end = line_end(source, code[b1].end) if last_part or rest_is_comment(source, code[b1].end) else code[b1].end
+        first_ls = line_start(source, code[b0].start)
+        block = source[first_ls:b_end].split("\n")
+        by = max(0, indent_at(source, code[k].start) - c0)
+        if source[first_ls:code[b0].start].strip():  # it starts on the line of the `if` or an `else`
+            block[0] = " " * (c0 + by) + source[code[b0].start:line_end(source, code[b0].start)]
+        lines += dedent(block, by)
+    return ls, end, "".join(line.rstrip() + "\n" for line in lines)
+
+
+def _else_edit(source: str, tokens, code, i: int, live, heads_from, s_end: int) -> tuple[int, int, str] | None:
+    """The edit of an `else if constexpr` statement (code[i] is its `if`): `else` and the live
+    branch, or nothing."""
+    else_tok, before = code[i - 1], code[i - 2]
+    if live is None:
+        a = else_tok.start if _comments_between(tokens, before.end, else_tok.start) else before.end
+        return a, s_end, ""
+    b0, b1 = live
+    heads = _comments_between(tokens, heads_from, code[b0].start)
+    e_ind = indent_at(source, else_tok.start)
+    if code[b0].kind == "pp":
+        return None
+    block = source[code[b0].start:code[b1].end].split("\n")
+    if code[b0].text == "{":
+        if heads:
+            return None
+        by = max(0, indent_at(source, code[b1].start) - e_ind)
+        return else_tok.end, s_end, " " + "\n".join(block[:1] + dedent(block[1:], by))
+    by = max(0, code[b0].start - line_start(source, code[b0].start) - (e_ind + 4))
+    text = "".join(" " + c.text for c in heads) + "\n" + " " * (e_ind + 4) + "\n".join(block[:1] + dedent(block[1:], by))
+    return else_tok.end, s_end, text

@@ -1,0 +1,289 @@
+"""The values of a file's compile-time constants, and which ``if constexpr`` conditions they decide.
+
+Only what the file itself says counts: constexpr variables whose initializer evaluates (literals,
+other such constants, enumerators, ``sizeof`` of a fundamental type or an alias of one), with C++
+scoping -- a block's declarations end with it, a struct's members are known outside it as S::X,
+an anonymous namespace's names are its enclosing scope's. A name that may be declared again (a
+parameter, a template parameter, a variable: cxx.is_declarator) is unknown from there to the end
+of that scope, and so is every name a struct declares, within it, where a member function may
+name a member declared further down. A condition that names anything unknown is not decided.
+"""
+
+import re
+from dataclasses import dataclass
+
+from gemmgen.codegen.trim.cxx import INT_TYPES, SIZEOF, Unreadable, brace_kind, is_declarator, match
+
+UNKNOWN = None
+_UNKNOWN_NAME = ("unknown",)
+_BINARY = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, ">": 7, "<=": 7, ">=": 7, "<<": 8,
+           ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "%": 10}  # binary operators' precedence
+
+
+class _Scopes:
+    """What the names in scope are, innermost scope last: ("value", int, unsigned), ("type", a
+    fundamental type), ("enum",) (an enum type) or ("unknown",)."""
+
+    def __init__(self, enum_types: set[str]):
+        self.stack: list[dict] = [{name: ("enum",) for name in enum_types}]
+
+    def lookup(self, name: str):
+        for scope in reversed(self.stack):
+            if name in scope:
+                return scope[name]
+        return None
+
+
+class _Expr:
+    """A constant expression (C++ precedence and integer arithmetic) evaluated to an int, or
+    UNKNOWN. An expression with an unsigned operand is evaluated only where no value in it is
+    negative (wrap-around is not modelled)."""
+
+    def __init__(self, tokens, scopes: _Scopes):
+        self.toks, self.i, self.scopes = tokens, 0, scopes
+        self.unsigned = self.negative = False
+
+    def evaluate(self):
+        try:
+            value = self.ternary()
+        except Unreadable:
+            return UNKNOWN
+        if self.i != len(self.toks) or self.unsigned and self.negative:
+            return UNKNOWN
+        return value
+
+    def peek(self) -> str | None:
+        return self.toks[self.i].text if self.i < len(self.toks) else None
+
+    def take(self, text: str | None = None):
+        if self.i >= len(self.toks) or (text is not None and self.toks[self.i].text != text):
+            raise Unreadable
+        self.i += 1
+        return self.toks[self.i - 1]
+
+    def ternary(self):
+        cond = self.binary(1)
+        if self.peek() != "?":
+            return cond
+        self.take("?")
+        yes = self.ternary()
+        self.take(":")
+        no = self.ternary()
+        return UNKNOWN if cond is UNKNOWN else yes if cond else no
+
+    def binary(self, level: int):
+        left = self.unary()
+        while (op := self.peek()) in _BINARY and _BINARY[op] >= level:
+            self.take()
+            left = self.seen(self.apply(op, left, self.binary(_BINARY[op] + 1)))
+        return left
+
+    def seen(self, value):
+        self.negative |= value is not UNKNOWN and value < 0
+        return value
+
+    @staticmethod
+    def apply(op: str, a, b):
+        if op == "&&" and (a == 0 or b == 0):  # known false on either side decides it
+            return 0
+        if op == "||" and (a not in (UNKNOWN, 0) or b not in (UNKNOWN, 0)):
+            return 1
+        if a is UNKNOWN or b is UNKNOWN:
+            return UNKNOWN
+        if op in ("/", "%"):
+            if b == 0:
+                return UNKNOWN
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)  # C++ rounds toward zero
+            return q if op == "/" else a - q * b
+        if op in ("<<", ">>") and not 0 <= b < 63:
+            return UNKNOWN
+        return int({"||": lambda: bool(a or b), "&&": lambda: bool(a and b), "|": lambda: a | b,
+                    "^": lambda: a ^ b, "&": lambda: a & b, "==": lambda: a == b, "!=": lambda: a != b,
+                    "<": lambda: a < b, ">": lambda: a > b, "<=": lambda: a <= b, ">=": lambda: a >= b,
+                    "<<": lambda: a << b, ">>": lambda: a >> b, "+": lambda: a + b, "-": lambda: a - b,
+                    "*": lambda: a * b}[op]())
+
+    def unary(self):
+        op = self.peek()
+        if op in ("!", "-", "+", "~"):
+            self.take()
+            x = self.unary()
+            return UNKNOWN if x is UNKNOWN else self.seen({"!": int(not x), "-": -x, "+": x, "~": ~x}[op])
+        return self.primary()
+
+    def primary(self):
+        tok = self.take()
+        if tok.text == "(":
+            x = self.ternary()
+            self.take(")")
+            return x
+        if tok.kind == "num":
+            m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|0|[1-9][0-9]*)([uUlL]*)", tok.text.replace("'", ""))
+            if m is None:
+                raise Unreadable  # floating point or octal: not needed here
+            self.unsigned |= "u" in m[2].lower()
+            return int(m[1], 0)
+        if tok.text in ("true", "false"):
+            return int(tok.text == "true")
+        if tok.text == "sizeof":
+            self.take("(")
+            name = self.take().text
+            self.take(")")
+            found = self.scopes.lookup(name)
+            self.unsigned = True
+            return SIZEOF.get(found[1] if found and found[0] == "type" else name if found is None else None, UNKNOWN)
+        if tok.kind == "id":
+            name = tok.text
+            while self.peek() == "::":
+                self.take()
+                name += "::" + self.take().text
+            if self.peek() in ("(", "<", "[", ".", "->"):
+                raise Unreadable  # a call, a template, a member: not a named constant
+            found = self.scopes.lookup(name)
+            if not found or found[0] != "value":
+                return UNKNOWN
+            self.unsigned |= found[2]
+            return found[1]
+        raise Unreadable
+
+
+@dataclass(frozen=True)
+class Decided:
+    index: int  # of the `if` in code
+    live: bool  # whether the condition holds
+
+
+def decided_conditions(code) -> list[Decided]:
+    """The ``if constexpr`` statements of code whose condition the file's constants decide, in order."""
+    enum_types = {code[i + 1].text for i in range(len(code) - 1) if code[i].text == "enum" and code[i + 1].kind == "id"}
+    scopes = _Scopes(enum_types)
+    opened: list[tuple[str, str | None]] = []  # per open brace, brace_kind's
+    found = []
+    i = 0
+    while i < len(code):
+        t = code[i]
+        text = t.text
+        if t.kind == "pp":
+            m = re.match(r"#\s*define\s+(\w+)", text)
+            if m:
+                scopes.stack[0][m[1]] = _UNKNOWN_NAME
+        elif text == "if" and i + 1 < len(code) and code[i + 1].text == "constexpr":
+            close = match(code, i + 2)
+            value = _Expr(code[i + 3:close], scopes).evaluate()
+            if value is not UNKNOWN:
+                found.append(Decided(i, bool(value)))
+            i = close + 1
+            continue
+        elif text == "constexpr" or text in ("typedef", "using") and code[i - 1].text != "::":
+            i = _declaration(code, i, scopes)
+            continue
+        elif text == "enum" and (body := _enum_body(code, i)) is not None:
+            _enumerators(code[body + 1:match(code, body)], scopes)
+            i = match(code, body) + 1
+            continue
+        elif text == "{":
+            opened.append(brace_kind(code, i))
+            if opened[-1][0] != "namespace":
+                scopes.stack.append({})
+            if opened[-1][0] == "struct":
+                end = match(code, i)
+                scopes.stack[-1].update({code[n].text: _UNKNOWN_NAME for n in range(i + 1, end)
+                                         if code[n].kind == "id" and is_declarator(code, n)})
+        elif text == "}" and opened:
+            kind, name = opened.pop()
+            if kind != "namespace":
+                inner = scopes.stack.pop()
+                if kind == "struct" and name:
+                    scopes.stack[-1].update({f"{name}::{key}": val for key, val in inner.items()})
+                    scopes.stack[-1][name] = _UNKNOWN_NAME
+        elif t.kind == "id" and is_declarator(code, i):
+            scopes.stack[-1][text] = _UNKNOWN_NAME
+        i += 1
+    return found
+
+
+def _enum_body(code, i: int) -> int | None:
+    """Index of the `{` of the enum declared at code[i] (`enum`), or None (a declaration only)."""
+    while i < len(code) and code[i].text not in ("{", ";"):
+        i += 1
+    return i if i < len(code) and code[i].text == "{" else None
+
+
+def _enumerators(toks, scopes: _Scopes):
+    value, j = 0, 0
+    while j < len(toks):
+        name, k = toks[j].text, j + 1
+        if k < len(toks) and toks[k].text == "=":
+            e = k + 1
+            while e < len(toks) and toks[e].text != ",":
+                e += 1
+            value = _Expr(toks[k + 1:e], scopes).evaluate()
+            k = e
+        scopes.stack[-1][name] = _UNKNOWN_NAME if value is UNKNOWN else ("value", value, False)
+        value = UNKNOWN if value is UNKNOWN else value + 1
+        j = k + 1
+
+
+def _declaration(code, i: int, scopes: _Scopes) -> int:
+    """Records what the declaration at code[i] (`constexpr`, `typedef` or `using`) declares;
+    returns the index after it."""
+    end = i
+    while end < len(code) and code[end].text != ";":
+        end = match(code, end) + 1 if code[end].text in ("(", "[", "{") else end + 1
+    toks = code[i:end]
+    scope = scopes.stack[-1]
+    if toks[0].text == "typedef":  # typedef float gg_out;
+        names = [t.text for t in toks[1:] if t.kind == "id"]
+        if names and len(names) == len(toks) - 1:
+            scope[names[-1]] = _alias(names[:-1], scopes)
+        elif names:
+            scope[names[-1]] = _UNKNOWN_NAME
+        return end + 1
+    if toks[0].text == "using":  # using T = __half;
+        if len(toks) >= 4 and toks[1].kind == "id" and toks[2].text == "=":
+            words = [t.text for t in toks[3:]]
+            scope[toks[1].text] = _alias(words, scopes) if all(t.kind == "id" for t in toks[3:]) else _UNKNOWN_NAME
+        return end + 1
+    # constexpr TYPE NAME = EXPR [, NAME = EXPR]...
+    j, type_words = 1, []
+    while j + 1 < len(toks) and not (toks[j].kind == "id" and toks[j + 1].text == "="):
+        if toks[j].text in ("(", "{"):
+            return i + 1  # a constexpr function: read on
+        type_words.append(toks[j].text)
+        j += 1
+    while j + 1 < len(toks) and toks[j].kind == "id" and toks[j + 1].text == "=":
+        k, depth = j + 2, 0
+        while k < len(toks) and not (depth == 0 and toks[k].text == ","):
+            depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(toks[k].text, 0)
+            k += 1
+        scope[toks[j].text] = _typed(type_words, _Expr(toks[j + 2:k], scopes).evaluate(), scopes)
+        j = k + 1
+    return end + 1
+
+
+def _alias(words: list[str], scopes: _Scopes):
+    if len(words) == 1:
+        found = scopes.lookup(words[0])
+        if found and found[0] == "type":
+            return found
+        if found is None and words[0] in SIZEOF:
+            return ("type", words[0])
+    return _UNKNOWN_NAME
+
+
+def _typed(type_words: list[str], value, scopes: _Scopes):
+    """What a constant of that type initialized with value is (C++'s conversion), or unknown."""
+    words = [w for w in type_words if w not in ("static", "const", "inline", "[", "]", "maybe_unused")]
+    if value is UNKNOWN or not words:
+        return _UNKNOWN_NAME
+    if words == ["bool"]:
+        return ("value", int(bool(value)), False)
+    if all(w in INT_TYPES for w in words):
+        unsigned = "unsigned" in words or words[0] in ("size_t", "uint32_t", "uint64_t")
+        bits = 64 if "long" in words or words[0] in ("size_t", "uint64_t", "int64_t") else 32
+        if unsigned and value < 0 or not -(2 ** (bits - 1)) <= value < 2 ** bits:
+            return _UNKNOWN_NAME
+        return ("value", value, unsigned)
+    if words == ["auto"] or len(words) == 1 and scopes.lookup(words[0]) == ("enum",):
+        return ("value", value, False)
+    return _UNKNOWN_NAME

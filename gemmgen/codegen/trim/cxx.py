@@ -1,0 +1,300 @@
+"""Reading C++ text as far as trimming needs: tokens, brackets, statements, declarators, the
+nesting of braces, and lines. What does not read as expected raises Unreadable, and the caller
+leaves that code as it is."""
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+_PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
+                 "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", "{", "}", "(", ")", "[", "]", ";", ":", ",",
+                 ".", "?", "!", "~", "+", "-", "*", "/", "%", "&", "|", "^", "=", "<", ">", "#"], key=len, reverse=True)
+_TOKEN = re.compile(
+    r"(?P<ws>\s*)(?:"
+    r"(?P<comment>//[^\n]*|/\*.*?\*/)"
+    r"|(?P<str>(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')"
+    r"|(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*)"
+    r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT) + "))?",
+    re.DOTALL)
+_DIRECTIVE = re.compile(r"#(?:\\\n|[^\n])*")
+
+# Bytes of the fundamental types the templates name (CUDA's, on every target)
+SIZEOF = {"char": 1, "bool": 1, "short": 2, "int": 4, "unsigned": 4, "float": 4, "double": 8, "__half": 2,
+          "__nv_bfloat16": 2}
+INT_TYPES = {"bool", "char", "short", "int", "unsigned", "long", "signed", "size_t", "uint32_t", "uint64_t",
+             "int32_t", "int64_t"}
+OPEN = {"(": ")", "[": "]", "{": "}"}
+
+
+class Unreadable(Exception):
+    """Code that does not read as the trimmer expects: left as it is."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # id, num, str, punct, comment, pp (a whole preprocessor directive)
+    text: str
+    start: int  # offsets in the source
+    end: int
+
+
+@lru_cache(maxsize=8)
+def tokenize(text: str) -> tuple[Token, ...]:
+    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token."""
+    out, pos, end = [], 0, len(text)
+    while True:
+        m = _TOKEN.match(text, pos)
+        start = m.end("ws")
+        if start == end:
+            return tuple(out)
+        if m.end() == start:
+            raise ValueError(f"cannot tokenize at {text[start:start + 20]!r}")
+        kind = m.lastgroup
+        if kind == "punct" and m.group(kind) == "#" and (not out or "\n" in text[pos:start]):
+            m = _DIRECTIVE.match(text, start)  # at the start of a line: a directive, to its end
+            kind = "pp"
+        out.append(Token(kind, m.group(0) if kind == "pp" else m.group(kind), start, m.end()))
+        pos = m.end()
+
+
+@lru_cache(maxsize=8)
+def code_of(text: str) -> tuple[Token, ...]:
+    """The tokens of ``text`` but its comments."""
+    return tuple(t for t in tokenize(text) if t.kind != "comment")
+
+
+def names_in(token: Token) -> list[str]:
+    """The identifiers a token names: itself, or those in a directive."""
+    if token.kind == "pp":
+        return re.findall(r"[A-Za-z_]\w*", token.text)
+    return [token.text] if token.kind == "id" else []
+
+
+# ---- brackets and statements ----------------------------------------------------------------------
+
+def match(code, i: int) -> int:
+    """Index of the bracket closing code[i]."""
+    depth = 0
+    for j in range(i, len(code)):
+        t = code[j].text
+        if t in OPEN:
+            depth += 1
+        elif t in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return j
+    raise Unreadable
+
+
+def skip_angles(code, k: int) -> int:
+    """Index after the template parameter list that starts at code[k] (`<`)."""
+    depth = 0
+    while k < len(code):
+        depth += {"<": 1, ">": -1, ">>": -2}.get(code[k].text, 0)
+        if code[k].text in ("(", "["):
+            k = match(code, k)
+        k += 1
+        if depth <= 0:
+            return k
+    raise Unreadable
+
+
+def statement_end(code, i: int) -> int:
+    """Index of the last token of the statement that starts at code[i] (directives before it,
+    such as #pragma unroll, belong to it)."""
+    while code[i].kind == "pp":
+        i += 1
+    t = code[i].text
+    if t == "{":
+        return match(code, i)
+    if t == "if":
+        end = statement_end(code, match(code, i + 1 + (code[i + 1].text == "constexpr")) + 1)
+        if end + 1 < len(code) and code[end + 1].text == "else":
+            end = statement_end(code, end + 2)
+        return end
+    if t in ("for", "while", "switch"):
+        return statement_end(code, match(code, i + 1) + 1)
+    if t == "do":
+        return match(code, statement_end(code, i + 1) + 2) + 1
+    if t == "try":
+        end = match(code, i + 1)
+        while end + 1 < len(code) and code[end + 1].text == "catch":
+            end = match(code, match(code, end + 2) + 1)
+        return end
+    j = i
+    while code[j].text != ";":
+        if code[j].text in OPEN:
+            j = match(code, j)
+        elif code[j].text in (")", "]", "}"):
+            raise Unreadable
+        j += 1
+    return j
+
+
+_BEFORE_AN_EXPRESSION = {"return", "case", "else", "sizeof", "throw", "new", "delete", "goto", "co_return",
+                         "co_yield", "operator", "if", "constexpr", "do", "while", "for", "switch", "not", "and", "or"}
+_AFTER_A_DECLARATOR = {"=", ";", ",", ")", ">", "[", "{", "(", ":"}
+
+
+def is_declarator(code, i: int) -> bool:
+    """Whether the identifier code[i] may be a name being declared there (a parameter, a template
+    parameter, a variable, a type): a type-like word before it, `=` `;` `,` `)` and the like after.
+    Errs towards yes."""
+    if i == 0 or i + 1 >= len(code) or code[i + 1].text not in _AFTER_A_DECLARATOR:
+        return False
+    prev = code[i - 1]
+    if prev.kind == "id":
+        return prev.text not in _BEFORE_AN_EXPRESSION
+    return prev.text in ("*", "&", "&&", ">", ">>", "...")
+
+
+def declarators(code, i: int) -> list[tuple[int, int]] | None:
+    """(its name, the last token of its initializer) for each declarator of the constexpr variable
+    declaration whose `constexpr` is code[i]; None where that declares something else (a function)."""
+    j = i + 1
+    while j + 1 < len(code) and not (code[j].kind == "id" and code[j + 1].text == "="):
+        if code[j].text in ("(", "{", ";", "=") or code[j].kind == "pp":
+            return None
+        j += 1
+    out = []
+    while True:
+        k = j + 2
+        while code[k].text not in (",", ";"):
+            if code[k].text in OPEN:
+                k = match(code, k)
+            elif code[k].text in (")", "]", "}"):
+                raise Unreadable
+            k += 1
+        out.append((j, k - 1))
+        if code[k].text == ";":
+            return out
+        j = k + 1
+        if not (code[j].kind == "id" and code[j + 1].text == "="):
+            raise Unreadable
+
+
+def brace_kind(code, i: int) -> tuple[str, str | None]:
+    """What the `{` at code[i] opens: ("namespace", None) for an anonymous namespace or an extern
+    "C" block (their names are the enclosing scope's), ("named", name) for a named namespace,
+    ("struct", name) for a struct, class or union, else ("block", None)."""
+    j = i - 1
+    if j >= 0 and code[j].text == "namespace":
+        return "namespace", None
+    if j >= 1 and code[j].kind == "id" and code[j - 1].text == "namespace":
+        return "named", code[j].text
+    if j >= 1 and code[j].kind == "str" and code[j - 1].text == "extern":
+        return "namespace", None
+    k = j  # struct NAME [final] [: bases] {
+    while k >= 0 and code[k].text not in (";", "{", "}", ")", "struct", "class", "union"):
+        k -= 1
+    if k >= 0 and code[k].text in ("struct", "class", "union"):
+        return "struct", code[k + 1].text if k + 1 < i and code[k + 1].kind == "id" else None
+    return "block", None
+
+
+class Shape:
+    """Where each token of a file lies: ``parent[n]``, the `{` around code[n] (-1: none), and
+    ``start[n]``, the first token of the namespace-scope declaration around it (its function)."""
+
+    def __init__(self, code):
+        self.code = code
+        self.parent, self.start = [-1] * len(code), [0] * len(code)
+        stack, start, blocks = [], 0, 0  # per open brace: its index and whether it is a namespace's
+        for n, t in enumerate(code):
+            text = t.text
+            if text == "}" and stack:
+                blocks -= not stack.pop()[1]
+            self.parent[n] = stack[-1][0] if stack else -1
+            self.start[n] = start
+            if text == "{":
+                namespace = code[n - 1].text == "namespace" or n > 1 and code[n - 2].text == "namespace"
+                stack.append((n, namespace))
+                blocks += not namespace
+            elif not (text in (";", "}") or t.kind == "pp"):
+                continue
+            if blocks == 0:
+                start = n + 1
+
+    def braces_around(self, n: int) -> list[int]:
+        """The `{` around code[n], innermost first."""
+        out = []
+        brace = self.parent[n]
+        while brace >= 0:
+            out.append(brace)
+            brace = self.parent[brace]
+        return out
+
+    def lambda_introducer(self, brace: int) -> int | None:
+        """Index of the `[` of the lambda whose body opens at code[brace], or None where it is no
+        lambda's."""
+        code, k = self.code, brace - 1
+        while k >= 0:
+            t = code[k].text
+            if t == "]":
+                depth = 0
+                for j in range(k, -1, -1):
+                    depth += {"]": 1, "[": -1}.get(code[j].text, 0)
+                    if depth == 0:
+                        before = code[j - 1].text if j > 0 else ";"
+                        return j if before in ("=", "(", ",", "{", ";", "return", "}", ")") else None
+                return None
+            if t == ")":  # the parameters, or __attribute__((...)) and the like after them
+                k = _opening(code, k) - 1
+                if k >= 0 and code[k].text in ("__attribute__", "noexcept", "decltype"):
+                    k -= 1
+                elif k >= 0 and code[k].text != "]":
+                    return None
+                continue
+            if code[k].kind == "id" or t in ("->", "::", "<", ">", "*", "&"):
+                k -= 1  # specifiers, a trailing return type
+                continue
+            return None
+        return None
+
+
+def _opening(code, k: int) -> int:
+    """Index of the `(` that the `)` at code[k] closes."""
+    depth = 0
+    for j in range(k, -1, -1):
+        depth += {")": 1, "(": -1}.get(code[j].text, 0)
+        if depth == 0:
+            return j
+    raise Unreadable
+
+
+# ---- lines ----------------------------------------------------------------------------------------
+
+def line_start(source: str, pos: int) -> int:
+    return source.rfind("\n", 0, pos) + 1
+
+
+def line_end(source: str, pos: int) -> int:
+    end = source.find("\n", pos)
+    return len(source) if end < 0 else end
+
+
+def indent_at(source: str, pos: int) -> int:
+    """Indentation of the line holding pos."""
+    line = source[line_start(source, pos):line_end(source, pos)]
+    return len(line) - len(line.lstrip(" "))
+
+
+def rest_is_comment(source: str, pos: int) -> bool:
+    """Whether the text from pos to the end of its line is blank or a // comment."""
+    rest = source[pos:line_end(source, pos)].strip()
+    return not rest or rest.startswith("//")
+
+
+def dedent(lines: list[str], by: int) -> list[str]:
+    """``lines`` moved ``by`` columns left (directives stay in column 0); Unreadable where one
+    starts left of that."""
+    out = []
+    for line in lines:
+        if not line.strip() or line.startswith("#"):
+            out.append(line.rstrip())
+        elif line[:by].strip():
+            raise Unreadable
+        else:
+            out.append(line[by:])
+    return out

@@ -1,0 +1,318 @@
+"""Steps 2 and 3: what nothing names goes.
+
+Step 2 reads the file's namespace-scope declarations (anonymous namespaces opened) and keeps
+those reachable, by the names their tokens hold, from the roots: kernels, ``extern "C"``
+functions, directives, and whatever it cannot tell is droppable -- a function defined neither
+inline, as a template nor internal, a variable not constexpr, a declaration it cannot read.
+Overloads, specializations and forward declarations share their name, so they go together. A
+comment block heads the run of declarations right below it; one followed by a blank line heads,
+where it holds a section heading (``// ---- title ----``, the templates' convention), the
+declarations up to the next heading. It goes when all it heads go. An anonymous namespace left
+empty goes too.
+
+Step 3 drops constexpr variables at any scope that nothing else names (a struct member: inside
+its struct, as S::X, or after `.` or `->`), whole declarations or single declarators.
+"""
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from gemmgen.codegen.trim.cxx import (
+    Shape,
+    Unreadable,
+    brace_kind,
+    code_of,
+    declarators,
+    line_end,
+    line_start,
+    match,
+    names_in,
+    rest_is_comment,
+    skip_angles,
+)
+
+_ATTRIBUTE_CALLS = {"__align__", "__launch_bounds__", "__cluster_dims__", "alignas", "__attribute__", "__declspec"}
+_INLINE = {"inline", "__forceinline__", "__inline__", "constexpr", "static"}
+_HEADING = re.compile(r"\s*// ----.*----\s*$")  # the templates' section headings
+
+
+@dataclass
+class _Item:
+    first: int  # its first and last token in code
+    last: int
+    names: tuple = ()
+    root: bool = True
+    kind: str = "decl"  # decl | pp | ns_open | ns_close (an anonymous namespace's braces)
+    live: bool = False
+
+
+def drop_unused_definitions(source: str) -> str:
+    code = code_of(source)
+    try:
+        items = _items(code)
+    except Unreadable:
+        return source
+    by_name: dict[str, list[_Item]] = {}
+    for item in items:
+        for name in item.names:
+            by_name.setdefault(name, []).append(item)
+    todo, seen = [item for item in items if item.root], set()
+    while todo:
+        item = todo.pop()
+        if item.live:
+            continue
+        item.live = True
+        for t in code[item.first:item.last + 1]:
+            for name in names_in(t):
+                if name not in seen:
+                    seen.add(name)
+                    todo += by_name.get(name, [])
+    opened = []
+    for n, item in enumerate(items):
+        if item.kind == "ns_open":
+            opened.append(n)
+        elif item.kind == "ns_close" and opened:
+            first = opened.pop()
+            if not any(x.live for x in items[first + 1:n] if x.kind in ("decl", "pp")):
+                items[first].live = items[n].live = False
+    return _cut(source, code, items)
+
+
+def _items(code) -> list[_Item]:
+    """The namespace-scope declarations of code, in order."""
+    macros = {}  # object-like macros: GG_DEVICE -> __device__ __forceinline__
+    for t in code:
+        m = re.match(r"#\s*define\s+(\w+)(?!\()\s+(.*)", t.text) if t.kind == "pp" else None
+        if m:
+            macros[m[1]] = m[2].split()
+    items, opened, i = [], 0, 0
+    while i < len(code):
+        t = code[i]
+        if t.kind == "pp":
+            items.append(_Item(i, i, kind="pp"))
+            i += 1
+        elif t.text == "namespace" and i + 1 < len(code) and code[i + 1].text == "{":
+            items.append(_Item(i, i + 1, kind="ns_open"))
+            opened += 1
+            i += 2
+        elif t.text == "}" and opened:
+            items.append(_Item(i, i, kind="ns_close"))
+            opened -= 1
+            i += 1
+        else:
+            j = _declaration_end(code, i)
+            items.append(_classify(code, i, j, bool(opened), macros))
+            i = j + 1
+    return items
+
+
+def _declaration_end(code, i: int) -> int:
+    """Index of the last token of the namespace-scope declaration from code[i]: its `;`, or the
+    `}` of a function's body."""
+    j, initialized = skip_angles(code, i + 1) if code[i].text == "template" else i, False
+    k = j
+    while True:
+        x = code[j].text
+        if x in ("(", "["):
+            j = match(code, j)
+        elif x == "=":
+            initialized = True
+        elif x == "{":
+            j = match(code, j)
+            if j + 1 < len(code) and code[j + 1].text == ";":
+                return j + 1
+            if not (initialized or code[k].text in ("struct", "class", "union", "enum", "typedef")):
+                return j
+        elif x == ";":
+            return j
+        j += 1
+
+
+def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
+    """The item of the declaration code[i] .. code[j]: the names it declares, and whether it is
+    a root."""
+    toks = code[i:j + 1]
+    words = [w for t in toks for w in macros.get(t.text, [t.text])]
+    root = _Item(i, j)
+    k, templated = 0, False
+    if toks[0].text == "template":
+        k = skip_angles(code, i + 1) - i
+        templated = k > 3  # template <...> with parameters, not an explicit specialization
+    while k + 1 < len(toks) and toks[k].text == "[" and toks[k + 1].text == "[":
+        k = match(code, i + k) - i + 1
+    if k >= len(toks) or "__global__" in words:
+        return root
+    first = toks[k].text
+    if first == "extern" and k + 1 < len(toks) and toks[k + 1].kind == "str":
+        return root
+    if first == "namespace" and k + 1 < len(toks) and toks[k + 1].kind == "id":
+        return _Item(i, j, names=(toks[k + 1].text,), root=False)
+    if first in ("struct", "class", "union", "enum"):
+        m = k + 1
+        while m < len(toks) and (toks[m].text in _ATTRIBUTE_CALLS or toks[m].text in ("class", "struct")):
+            m = match(code, i + m + 1) - i + 1 if toks[m].text in _ATTRIBUTE_CALLS else m + 1
+        if m >= len(toks) or toks[m].kind != "id":
+            return root
+        names = [toks[m].text]
+        brace = next((n for n in range(m, len(toks)) if toks[n].text == "{"), None)
+        if first == "enum" and brace is not None:  # its enumerators too
+            body = toks[brace + 1:match(code, i + brace) - i]
+            names += [body[n].text for n in range(len(body)) if body[n].kind == "id" and (n == 0 or body[n - 1].text == ",")]
+        return _Item(i, j, names=tuple(names), root=False)
+    if first == "typedef":
+        texts = [t.text for t in toks]
+        if "(" in texts and "{" not in texts:
+            return root  # a function type
+        depth, last_id = 0, None
+        for t in toks:
+            depth += {"{": 1, "}": -1}.get(t.text, 0)
+            if depth == 0 and t.kind == "id":
+                last_id = t.text
+        return _Item(i, j, names=(last_id,), root=False) if last_id else root
+    if first == "using":
+        if k + 2 < len(toks) and toks[k + 1].kind == "id" and toks[k + 2].text == "=":
+            return _Item(i, j, names=(toks[k + 1].text,), root=False)
+        return root
+    m = k  # a function or variables: the first `(`, `=`, `[`, `;` or `{` past attributes
+    while m < len(toks) and toks[m].text not in ("(", "=", "[", ";", "{"):
+        m += 1
+        if toks[m - 1].text in _ATTRIBUTE_CALLS and m < len(toks) and toks[m].text == "(":
+            m = match(code, i + m) - i + 1
+    if m >= len(toks):
+        return root
+    n = m - 1
+    if toks[m].text == "(" and n > k and toks[n].text == ">":  # an explicit specialization: f<args>(
+        depth = 0
+        while n > k:
+            depth += {">": 1, ">>": 2, "<": -1}.get(toks[n].text, 0)
+            n -= 1
+            if depth == 0:
+                break
+    if n < k or toks[n].kind != "id" or "operator" in [t.text for t in toks[k:m]]:
+        return root
+    if toks[m].text == "(":  # droppable: inline, internal, a template, or a declaration only
+        head = words[:words.index("(")]
+        droppable = in_anonymous or templated or bool(_INLINE & set(head)) or toks[-1].text == ";"
+        return _Item(i, j, names=(toks[n].text,), root=not droppable)
+    head = set(words[:m + len(words) - len(toks)])
+    droppable = ("constexpr" in head or "extern" in head and toks[m].text != "=") and not (
+        head & {"__device__", "__constant__", "__managed__"})  # those define device symbols
+    depth, names = 0, [toks[n].text]
+    for p in range(m, len(toks)):  # `constexpr int A = 1, B = 2;` declares both
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(toks[p].text, 0)
+        if depth == 0 and toks[p].text == "," and p + 1 < len(toks) and toks[p + 1].kind == "id":
+            names.append(toks[p + 1].text)
+    return _Item(i, j, names=tuple(names), root=not droppable)
+
+
+def _cut(source: str, code, items: list[_Item]) -> str:
+    """``source`` without the lines of the items that are not live and of the comments that head
+    only such items (see the module's docstring). An item sharing a line with another stays."""
+    starts = [0] + [m.end() for m in re.finditer("\n", source)]
+    lines = source.split("\n")
+
+    def line_of(pos: int) -> int:
+        return bisect.bisect_right(starts, pos) - 1
+
+    span = [(line_of(code[it.first].start), line_of(code[it.last].end - 1)) for it in items]
+    owner: dict[int, int] = {}
+    for n, (a, b) in enumerate(span):
+        for line in range(a, b + 1):
+            owner.setdefault(line, n)
+    dead_lines: set[int] = set()
+    for n, item in enumerate(items):
+        a, b = span[n]
+        if (item.live or source[starts[a]:code[item.first].start].strip()
+                or not rest_is_comment(source, code[item.last].end)
+                or any(items[owner[line]].live for line in range(a, b + 1) if owner[line] != n)):
+            continue
+        dead_lines.update(range(a, b + 1))
+
+    def is_comment(line: int) -> bool:
+        return line not in owner and lines[line].strip().startswith("//")
+
+    line = 0
+    while line < len(lines):
+        if not is_comment(line):
+            line += 1
+            continue
+        top = line
+        while line < len(lines) and is_comment(line):
+            line += 1
+        run = []
+        if line in owner:  # the run of items from here, each on the line after the last
+            run = [owner[line]]
+            while run[-1] + 1 < len(items) and span[run[-1] + 1][0] <= span[run[-1]][1] + 1:
+                run.append(run[-1] + 1)
+        elif any(_HEADING.match(lines[n]) for n in range(top, line)):  # the items up to the next heading
+            for n in range(len(items)):
+                if span[n][0] <= line:
+                    continue
+                gap = range(span[run[-1]][1] + 1 if run else line, span[n][0])
+                if items[n].kind in ("ns_open", "ns_close") or any(is_comment(g) and _HEADING.match(lines[g])
+                                                                    for g in gap):
+                    break
+                run.append(n)
+        decls = [n for n in run if items[n].kind in ("decl", "pp")]
+        if decls and all(span[n][0] in dead_lines for n in decls):
+            dead_lines.update(range(top, line))
+    return "\n".join(text for n, text in enumerate(lines) if n not in dead_lines)
+
+
+def drop_unused_constants(source: str) -> str:
+    code = code_of(source)
+    uses: dict[str, int] = {}
+    for t in code:
+        for name in names_in(t):
+            uses[name] = uses.get(name, 0) + 1
+    shape = Shape(code)
+    edits = []
+    for i, t in enumerate(code):
+        if t.text != "constexpr" or code[i - 1].text == "if":
+            continue
+        start = i  # the declaration's first token
+        while start > 0 and code[start - 1].text in ("static", "inline", "[", "]", "maybe_unused"):
+            start -= 1
+        if start > 0 and code[start - 1].text not in (";", "{", "}", ":") and code[start - 1].kind != "pp":
+            continue
+        try:
+            found = declarators(code, i)
+        except Unreadable:
+            continue
+        if not found:
+            continue
+        brace = shape.parent[i]
+        kind, struct = brace_kind(code, brace) if brace >= 0 else ("block", None)
+        if kind == "struct" and struct:
+            unused = [d for d in found if not _member_named(code, brace, struct, d[0])]
+        else:
+            unused = [d for d in found if uses.get(code[d[0]].text, 0) == 1]
+        if len(unused) == len(found):
+            a, b = code[start].start, code[found[-1][1] + 1].end
+            ls = line_start(source, a)
+            if not source[ls:a].strip() and rest_is_comment(source, b):
+                a, b = ls, min(len(source), line_end(source, b) + 1)
+            edits.append((a, b, ""))
+        elif unused:  # the others, each after the separator that came before it
+            kept = [d for d in found if d not in unused]
+            text = source[code[kept[0][0]].start:code[kept[0][1]].end]
+            for d in kept[1:]:
+                before = found[found.index(d) - 1]
+                text += source[code[before[1]].end:code[d[0]].start] + source[code[d[0]].start:code[d[1]].end]
+            edits.append((code[found[0][0]].start, code[found[-1][1]].end, text))
+    for a, b, text in sorted(edits, reverse=True):
+        source = source[:a] + text + source[b:]
+    return source
+
+
+def _member_named(code, brace: int, struct: str, n: int) -> bool:
+    """Whether the member declared at code[n] of the struct whose body opens at code[brace] is named
+    elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
+    name, end = code[n].text, match(code, brace)
+    for k in range(len(code)):
+        if k == n or code[k].text != name:
+            continue
+        if brace < k < end or code[k - 1].text in (".", "->") or code[k - 1].text == "::" and code[k - 2].text == struct:
+            return True
+    return False

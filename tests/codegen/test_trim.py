@@ -1,0 +1,195 @@
+"""Trimming (gemmgen.codegen.trim): a decided `if constexpr` keeps its live branch, one it cannot
+decide stays whole, a definition nothing names goes and one that is named stays; and (nvcc) a
+trimmed file compiles to the same cubin as the untrimmed one."""
+
+import pytest
+from conftest import build_once
+
+from gemmgen.build.nvcc import build_library
+from gemmgen.codegen.render import render_kernel
+from gemmgen.codegen.trim import trim
+from gemmgen.describe.points import resolve_point
+
+BRANCHES = """\
+constexpr bool GG_SLOW = false;
+constexpr int GG_WAYS = 4;
+
+__device__ int fast(int x);
+__device__ int slow(int x);
+
+extern "C" __global__ void k(int* out, int x)
+{
+    if constexpr (GG_SLOW) {
+        out[0] = slow(x);
+    } else if constexpr (GG_WAYS > 2) {
+        // more than two ways
+        out[0] = fast(x);
+        out[1] = fast(x + 1);
+    } else {
+        out[0] = 0;
+    }
+    if constexpr (GG_WAYS % 2 == 1)
+        out[2] = 1;
+}
+"""
+
+
+def test_a_decided_branch_leaves_its_live_code_in_place():
+    trimmed = trim(BRANCHES)
+    assert "if constexpr" not in trimmed
+    assert ("{\n    // more than two ways\n    out[0] = fast(x);\n    out[1] = fast(x + 1);\n}\n") in trimmed
+    assert "slow" not in trimmed and "out[2]" not in trimmed and "out[0] = 0;" not in trimmed
+    assert "__device__ int fast(int x);" in trimmed  # named by the live branch: kept
+    assert "GG_SLOW" not in trimmed and "GG_WAYS" not in trimmed  # the constants went with their conditions
+
+
+def test_a_branch_that_declares_stays_a_block_unless_it_ends_the_block():
+    source = """\
+constexpr bool GG_ON = true;
+__device__ void f(int* out)
+{
+    if constexpr (GG_ON) {
+        const int x = 1;
+        out[0] = x;
+    }
+    const int x = 2;
+    out[1] = x;
+}
+__device__ void g(int* out)
+{
+    out[1] = 2;
+    if constexpr (GG_ON) {
+        const int y = 1;
+        out[0] = y;
+    }
+}
+"""
+    trimmed = trim(source)
+    # f: x would clash with the x after it, so the branch stays a block; g: it ends g's body
+    assert "{\n    {\n        const int x = 1;\n        out[0] = x;\n    }\n    const int x = 2;" in trimmed
+    assert "    out[1] = 2;\n    const int y = 1;\n    out[0] = y;\n}" in trimmed
+
+
+def test_a_condition_it_cannot_decide_is_left_whole():
+    source = """\
+constexpr bool GG_ON = true;
+template <int N, typename T>
+__device__ void f(T* out)
+{
+    if constexpr (N > 1) {
+        out[0] = 1;
+    }
+    if constexpr (sizeof(T) == 2) {
+        out[1] = 2;
+    }
+}
+__device__ void g(int* out, bool GG_ON)
+{
+    if constexpr (GG_ON) {
+        out[0] = 3;
+    }
+}
+extern "C" __global__ void k(int* out) { f<2>(out); g(out, false); }
+"""
+    trimmed = trim(source)
+    assert "if constexpr (N > 1) {" in trimmed and "if constexpr (sizeof(T) == 2) {" in trimmed
+    # g's parameter hides the constant (the code would not compile; the trimmer does not guess)
+    assert "if constexpr (GG_ON) {\n        out[0] = 3;" in trimmed
+
+
+def test_a_dead_branch_a_lambda_captures_through_stays():
+    """[&] captures what its body names, discarded statements included: removing the only mention
+    of `pending` would change the closure, and can change the compiler's output."""
+    source = """\
+constexpr bool GG_HOLD = false;
+extern "C" __global__ void k(int* out)
+{
+    int pending = -1, last = 0;
+    auto step = [&](int i) {
+        if constexpr (GG_HOLD) {
+            pending = i;
+        }
+        last = i;
+    };
+    auto other = [&](int i) {
+        if constexpr (GG_HOLD) {
+            last = i + 1;
+        }
+        last = i;
+    };
+    step(1);
+    other(2);
+    out[0] = last + pending;
+}
+"""
+    trimmed = trim(source)
+    assert "if constexpr (GG_HOLD) {\n            pending = i;" in trimmed  # step names pending only there
+    assert "last = i + 1;" not in trimmed  # other names last elsewhere too: its dead branch goes
+
+
+def test_a_used_helper_stays_and_an_unused_one_goes_with_its_comment():
+    source = """\
+#define GG_DEVICE __device__ __forceinline__
+
+// ---- helpers ----
+
+// Twice x.
+GG_DEVICE int twice(int x) { return 2 * x; }
+
+// Thrice x, through twice.
+GG_DEVICE int thrice(int x) { return twice(x) + x; }
+
+// Never called.
+template <typename T>
+GG_DEVICE T unused(T x) { return x; }
+struct gg_unused_pair {
+    int a, b;
+};
+
+// ---- packing (a section nothing in the file uses) ----
+
+GG_DEVICE int pack(int x) { return x; }
+
+// ---- host ----
+
+// A host function that is neither inline nor internal: another file may call it.
+int gg_exported(int x) { return x; }
+
+extern "C" __global__ void k(int* out) { out[0] = thrice(out[0]); }
+"""
+    trimmed = trim(source)
+    assert "// Twice x.\nGG_DEVICE int twice(int x)" in trimmed  # named by thrice, which the kernel calls
+    assert "// Thrice x, through twice.\nGG_DEVICE int thrice" in trimmed
+    assert "unused" not in trimmed and "Never called" not in trimmed  # the run under the comment went whole
+    assert "pack" not in trimmed and "packing" not in trimmed  # the section and its heading
+    assert "int gg_exported(int x)" in trimmed and "#define GG_DEVICE" in trimmed
+    assert "// ---- helpers ----" in trimmed and "// ---- host ----" in trimmed
+
+
+def test_unused_constants_go_one_declarator_at_a_time():
+    source = """\
+struct gg_launch {
+    static constexpr bool persistent = false;  // unused
+    static constexpr int split = 2;  // named as gg_launch::split
+};
+extern "C" __global__ void k(int* out)
+{
+    constexpr int A = 1, B = 2,
+                  C = 3;
+    out[0] = A + C + gg_launch::split;
+}
+"""
+    trimmed = trim(source)
+    assert "constexpr int A = 1,\n                  C = 3;" in trimmed
+    assert "persistent" not in trimmed and "static constexpr int split = 2;  // named as gg_launch::split" in trimmed
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("point, arch", [("mma_fp16", "sm_90"), ("hopper_fp16", "sm_90a")])
+def test_trimming_leaves_the_cubin_as_it_was(point, arch):
+    config = resolve_point(point, arch)
+    untrimmed = render_kernel(config, untrimmed=True)
+    assert len(render_kernel(config).splitlines()) < 0.85 * len(untrimmed.splitlines())
+    whole, trimmed = build_library(untrimmed, config.build_arch), build_once(config)
+    assert whole.ok and trimmed.ok, whole.log + trimmed.log
+    assert whole.cubin.read_bytes() == trimmed.cubin.read_bytes()
