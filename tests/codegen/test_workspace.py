@@ -152,4 +152,4 @@ def test_a_launch_in_the_callers_workspace_zeroes_its_flags_on_the_stream_and_al
         for call in ("cudaMalloc(", "cudaFree(", "Synchronize(", "gg_reserve(", "gg_find_slot(", "slot->"):
             assert call not in body, (call, body)
     init = _function(source, "cudaError_t gg_plan_init(")
-    assert 'caller_ws ? gg_device_ready("' in init
+    assert 'if (err == cudaSuccess && !caller_ws)\n        err = gg_find_slot("' in init

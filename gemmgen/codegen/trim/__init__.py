@@ -18,11 +18,13 @@ statements and namespace-scope declarations, not C++ at large: what it cannot re
 """
 
 import re
+from functools import lru_cache
 
 from gemmgen.codegen.trim.branches import trim_branches
 from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions
 
 
+@lru_cache(maxsize=64)  # a tuner or a test renders a point more than once
 def trim(source: str) -> str:
     """``source`` without the code the compiler would discard (see above), runs of blank lines
     made one."""
