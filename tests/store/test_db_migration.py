@@ -153,10 +153,10 @@ def test_a_bad_variant_filter_is_one_error(tmp_path, variant, message):
 
 @pytest.mark.skipif(not SHIPPED.is_file(), reason="results/h100.db is not in this checkout")
 def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
-    """A copy of results/h100.db (schema 2, 2765 kernels, none of a variant but the default) with
-    rows of other variants added the way gemmgen 0.1 stored them (names only): opened to record,
-    every kernel's columns say what its name does, no row is lost, and the best kernels are the
-    ones they were."""
+    """A copy of results/h100.db (schema 2: kernels known by their names only, those of F.linear's
+    tunes of other variants) with rows of other variants added the way gemmgen 0.1 stored them, at
+    a shape nothing shipped was measured at: opened to record, every kernel's columns say what its
+    name does, no row is lost, and the best kernels are the ones they were."""
     import sqlite3
 
     copy = tmp_path / "h100.db"
@@ -168,12 +168,20 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
         suite = [Shape(1000, 1000, 1000), Shape(4096, 4096, 4096), Shape(16, 4096, 4096)]
         before_best = {(s, p): best(shipped, p, s, SM90) for s in suite for p in ("fp32", "tf32", "fp16", "bf16")}
     assert all(before_best.values())
+    unseen = Shape(16, 4096, 4104)
     with sqlite3.connect(copy) as c:  # rows of other variants, as a schema-2 gemmgen stored them
+        shipped_variants = sum(1 for (name,) in c.execute("SELECT name FROM kernels") if variant_of(name) != Variant())
         device = c.execute("SELECT id FROM devices LIMIT 1").fetchone()[0]
-        problem = c.execute("SELECT id FROM problems WHERE m = 16 AND n = 4096 AND k = 4096 AND beta = 0").fetchone()[0]
+        assert not c.execute("SELECT id FROM problems WHERE m = ? AND n = ? AND k = ?", (unseen.m, unseen.n, unseen.k)).fetchone()
+        problem = c.execute("INSERT INTO problems (m, n, k, alpha, beta) VALUES (?, ?, ?, 1.0, 0.0)", (unseen.m, unseen.n, unseen.k)).lastrowid
+        added = 0
         for name, family, tflops in KERNELS[2:]:
-            kernel = c.execute("INSERT INTO kernels (name, family, precision, arch, params, template_hash, "
-                               "source_hash) VALUES (?, ?, 'bf16', 'sm_90', '{}', '', '')", (name, family)).lastrowid
+            found = c.execute("SELECT id FROM kernels WHERE name = ? AND arch = 'sm_90' AND source_hash = ''",
+                              (name,)).fetchone()  # the shipped file's cuBLAS rows of F.linear's variant
+            added += found is None
+            kernel = found[0] if found else c.execute(
+                "INSERT INTO kernels (name, family, precision, arch, params, template_hash, source_hash) "
+                "VALUES (?, ?, 'bf16', 'sm_90', '{}', '', '')", (name, family)).lastrowid
             c.execute("INSERT INTO measurements (kernel_id, device_id, problem_id, status, tflops, median_ms, "
                       "message, gemmgen_version, created_at) VALUES (?, ?, ?, 'ok', ?, 1.0, '', '0.1.0', "
                       "'2026-11-24 00:00:00.000000')", (kernel, device, problem, tflops))
@@ -185,14 +193,14 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
         assert {k: v for k, v in after_rows.items() if k in before_rows} == before_rows
         for (shape, precision), found in before_best.items():
             assert best(db, precision, shape, SM90) == found, (shape, precision)
-        assert best(db, "bf16", SHAPE, SM90, variant=NT_BF16_COL_GELU).kernel == KERNELS[5][0]
-        assert best(db, "bf16", SHAPE, SM90, variant=Variant("nt", "bf16")).kernel == KERNELS[3][0]
+        assert best(db, "bf16", unseen, SM90, variant=NT_BF16_COL_GELU).kernel == KERNELS[5][0]
+        assert best(db, "bf16", unseen, SM90, variant=Variant("nt", "bf16")).kernel == KERNELS[3][0]
     with sqlite3.connect(copy) as c:
         rows = c.execute("SELECT name, trans, out, bias, act FROM kernels").fetchall()
         assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     assert len(rows) == kernels
     assert all(Variant(*variant) == variant_of(name) for name, *variant in rows)
-    assert sum(1 for _, *variant in rows if Variant(*variant) != Variant()) == len(KERNELS) - 2
+    assert sum(1 for _, *variant in rows if Variant(*variant) != Variant()) == shipped_variants + added
 
 
 def test_processes_opening_one_old_database_at_once_migrate_it_once(postgres):
