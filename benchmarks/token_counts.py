@@ -94,6 +94,10 @@ def main() -> None:
     op = load(args.dispatcher)
     variant = op.variant
     dtype = op.dtype
+    out_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[variant.out]
+    if variant.bias not in ("none", "col") or variant.act != "none" or (variant.bias == "col" and out_dtype != dtype):
+        sys.exit(f"{args.dispatcher}: variant {variant.text}: only no bias or a column bias into A's type "
+                 f"(F.linear's), and no activation, have a torch call to compare with here")
     clock = Alternate(dev)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     rows = []
@@ -101,12 +105,8 @@ def main() -> None:
         a = (torch.rand(m, k, device=dev, generator=gen) * 2 - 1).to(dtype)
         b_shape = (n, k) if variant.b_transposed else (k, n)
         b = (torch.rand(*b_shape, device=dev, generator=gen) * 2 - 1).to(dtype)
-        out_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[variant.out]
         c, c_ref = torch.empty(m, n, device=dev, dtype=out_dtype), torch.empty(m, n, device=dev, dtype=out_dtype)
         bias = (torch.rand(n, device=dev, generator=gen) * 2 - 1).to(out_dtype) if variant.bias == "col" else None
-        if variant.bias not in ("none", "col") or variant.act != "none" or (bias is not None and out_dtype != dtype):
-            sys.exit(f"{args.dispatcher}: variant {variant.text}: only no bias or a column bias into A's type "
-                     f"(F.linear's), and no activation, have a torch call to compare with here")
         if variant.b_transposed:
             theirs = lambda: torch.nn.functional.linear(a, b, bias, out=c_ref) if out_dtype == dtype else \
                 torch.mm(a, b.t(), out_dtype=out_dtype, out=c_ref)

@@ -172,8 +172,9 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
     with sqlite3.connect(copy) as c:  # rows of other variants, as a schema-2 gemmgen stored them
         shipped_variants = sum(1 for (name,) in c.execute("SELECT name FROM kernels") if variant_of(name) != Variant())
         device = c.execute("SELECT id FROM devices LIMIT 1").fetchone()[0]
-        assert not c.execute("SELECT id FROM problems WHERE m = ? AND n = ? AND k = ?", (unseen.m, unseen.n, unseen.k)).fetchone()
-        problem = c.execute("INSERT INTO problems (m, n, k, alpha, beta) VALUES (?, ?, ?, 1.0, 0.0)", (unseen.m, unseen.n, unseen.k)).lastrowid
+        mnk = (unseen.m, unseen.n, unseen.k)
+        assert not c.execute("SELECT id FROM problems WHERE m = ? AND n = ? AND k = ?", mnk).fetchone()
+        problem = c.execute("INSERT INTO problems (m, n, k, alpha, beta) VALUES (?, ?, ?, 1.0, 0.0)", mnk).lastrowid
         added = 0
         for name, family, tflops in KERNELS[2:]:
             found = c.execute("SELECT id FROM kernels WHERE name = ? AND arch = 'sm_90' AND source_hash = ''",
