@@ -1,5 +1,7 @@
-"""Where gemmgen's data folders are: inside an installed wheel, or at the top of a checkout."""
+"""Where gemmgen's folders are: its data (inside an installed wheel, or at the top of a checkout)
+and its cache."""
 
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -23,3 +25,12 @@ def templates_dir() -> Path:
 def search_spaces_dir() -> Path:
     """The folder holding the search-space TOML files, one per family."""
     return _data_dir("search_spaces")
+
+
+def cache_dir() -> Path:
+    """The cache of built kernels and trimmed sources: $GEMMGEN_CACHE, else ~/.cache/gemmgen
+    (XDG_CACHE_HOME respected). Not created here."""
+    if os.environ.get("GEMMGEN_CACHE"):
+        return Path(os.environ["GEMMGEN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gemmgen"

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.build.nvcc import build_kernel, cache_dir, find_tool, kernel_usage
+from gemmgen.build.nvcc import build_kernel, find_tool, kernel_usage
 from gemmgen.errors import ToolNotFound
+from gemmgen.paths import cache_dir
 
 
 @lru_cache(maxsize=None)

@@ -24,6 +24,7 @@ from gemmgen.codegen.render import render_kernel
 from gemmgen.describe.arch import Arch, nvcc_needed
 from gemmgen.describe.config import KernelConfig
 from gemmgen.errors import InvalidParameter, ToolNotFound
+from gemmgen.paths import cache_dir
 
 DEFAULT_FLAGS = ("-O3",)
 # How gemmgen builds an emitted file to call it: a shared library whose launcher keeps its
@@ -116,14 +117,6 @@ def check_target(arch: Arch) -> None:
             f"the installed nvcc ({nvcc}{f', CUDA {release[1]}' if release else ''}) cannot build for {arch.name}; "
             f"{arch.name} needs {nvcc_needed(arch.cc)}; this nvcc builds "
             + ", ".join(f"sm_{cc}" for cc in sorted(builds)))
-
-
-def cache_dir() -> Path:
-    """$GEMMGEN_CACHE, else ~/.cache/gemmgen (XDG_CACHE_HOME respected)."""
-    if os.environ.get("GEMMGEN_CACHE"):
-        return Path(os.environ["GEMMGEN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "gemmgen"
 
 
 _FUNC = re.compile(r"(?:Compiling entry function|Function properties for) '?([A-Za-z_]\w*)'?")

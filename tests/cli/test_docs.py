@@ -10,8 +10,9 @@ and results/README.md. docs/README.md states the convention for their fenced blo
               gemmgen arguments are parsed in every run.
 - ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, in the
               document's order with its other blocks, by test_gpu_commands_run (marked gpu: it
-              skips without a GPU). Here, without a GPU, their gemmgen arguments are parsed, so a
-              misspelt option fails.
+              skips without a GPU), one test per `## ` section that has any, after the ```sh
+              and ```console blocks of the sections before it. Here, without a GPU, their
+              gemmgen arguments are parsed, so a misspelt option fails.
 - ```console  a transcript: `$ command` lines, each followed by its exact output (stdout and stderr
               together). Run like ```sh, and the output compared.
 - any other block that holds shell commands (```bash, ```shell, an untagged block with `$ ` or
@@ -391,14 +392,40 @@ def test_slow_commands_run(doc, tmp_path, docs_env):
     run_blocks(doc, tmp_path, docs_env, {"sh", "slow", "console"})
 
 
+def sections(doc: Path) -> list[list[Block]]:
+    """The document's shell blocks by section: those before its first `## ` heading, then those
+    under each `## ` heading (its `###` subsections included)."""
+    heads, fenced = [], None
+    for n, line in enumerate(doc.read_text().splitlines(), 1):
+        m = FENCE.match(line)
+        if m:
+            fenced = None if fenced and m.group(2)[0] == fenced else fenced or m.group(2)[0]
+        elif not fenced and line.startswith("## "):
+            heads.append(n)
+    out = [[] for _ in range(len(heads) + 1)]
+    for block in shell_blocks(doc):
+        out[sum(h < block.line for h in heads)].append(block)
+    return out
+
+
+GPU_SECTIONS = [(doc, i) for doc in DOCS for i, found in enumerate(sections(doc))
+                if any(KINDS[b.info] == "gpu" for b in found)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("doc", DOCS, ids=IDS)
-def test_gpu_commands_run(doc, tmp_path, docs_env):
-    """Every block of the document in order, the ```sh gpu ones included (on a GPU machine)."""
-    found = shell_blocks(doc)
-    if not any(KINDS[b.info] == "gpu" for b in found):
-        pytest.skip(f"{doc.name} shows no GPU commands")
-    run_blocks(doc, tmp_path, docs_env, {"sh", "slow", "gpu", "console"})
+@pytest.mark.parametrize("doc, section", GPU_SECTIONS,
+                         ids=[f"{d.relative_to(ROOT)}:{sections(d)[i][0].line}" for d, i in GPU_SECTIONS])
+def test_gpu_commands_run(doc, section, tmp_path, docs_env):
+    """The blocks of one section that has ```sh gpu blocks, in order, all kinds, after the ```sh and
+    ```console blocks of the sections before it: a section with GPU commands reads on its own,
+    given the set-up commands before it, and the sections of a long page run in parallel (xdist)."""
+    cwd = scratch(tmp_path)
+    for before in sections(doc)[:section]:
+        for block in before:
+            if KINDS[block.info] in ("sh", "console"):
+                run_block(block, cwd, docs_env)
+    for block in sections(doc)[section]:
+        run_block(block, cwd, docs_env)
 
 
 def _with_blocks(test) -> list[Path]:

@@ -193,3 +193,21 @@ def test_trimming_leaves_the_cubin_as_it_was(point, arch):
     whole, trimmed = build_library(untrimmed, config.build_arch), build_once(config)
     assert whole.ok and trimmed.ok, whole.log + trimmed.log
     assert whole.cubin.read_bytes() == trimmed.cubin.read_bytes()
+
+
+def test_a_trimmed_source_is_kept_in_the_cache_for_other_processes(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMGEN_CACHE", str(tmp_path))
+    source = BRANCHES + "// kept\n"  # a source this process has not trimmed (trim's own lru_cache)
+    trimmed = trim(source)
+    kept = list((tmp_path / "trimmed").iterdir())
+    assert [p.read_text() for p in kept] == [trimmed]
+    kept[0].write_text("// what another process trimmed\n")
+    trim.cache_clear()  # as a new process would
+    assert trim(source) == "// what another process trimmed\n"
+
+
+def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("GEMMGEN_CACHE", str(tmp_path / "file" / "cache"))  # under a file: mkdir fails
+    assert trim(BRANCHES + "// uncached\n") == trim.__wrapped__(BRANCHES + "// uncached\n")
+    assert "if constexpr" not in trim(BRANCHES + "// uncached\n")

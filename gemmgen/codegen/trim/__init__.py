@@ -15,21 +15,53 @@ None of this changes a cubin: a discarded branch and an unused inline function o
 produce no code. Where removing a branch would change what a lambda captures, it stays (the
 closure's layout can move the compiler's output). The reader (cxx.py) knows tokens, brackets,
 statements and namespace-scope declarations, not C++ at large: what it cannot read, it leaves.
+
+Trimming a file takes a few tenths of a second, and tuners, dispatchers and tests render the same
+points in many processes, so a result is kept in the cache folder (gemmgen.paths.cache_dir,
+``trimmed/``) under the hash of the source and of this package's code.
 """
 
+import hashlib
+import os
 import re
+import tempfile
 from functools import lru_cache
+from pathlib import Path
 
 from gemmgen.codegen.trim.branches import trim_branches
 from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions
+from gemmgen.paths import cache_dir
+
+_CODE_HASH = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))).digest()
 
 
 @lru_cache(maxsize=64)  # a tuner or a test renders a point more than once
 def trim(source: str) -> str:
     """``source`` without the code the compiler would discard (see above), runs of blank lines
-    made one."""
+    made one. Read from the cache where an earlier process trimmed the same source; a cache that
+    cannot be read or written costs only the time."""
+    path = cache_dir() / "trimmed" / (hashlib.sha256(_CODE_HASH + source.encode()).hexdigest()[:40] + ".cu")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        pass
+    trimmed = _trim(source)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+        with os.fdopen(fd, "w") as f:
+            f.write(trimmed)
+        os.replace(tmp, path)  # whole or not at all: other processes may be reading it
+    except OSError:
+        pass
+    return trimmed
+
+
+def _trim(source: str) -> str:
     while True:
         before = source
-        source = drop_unused_constants(drop_unused_definitions(trim_branches(source)))
+        source = drop_unused_definitions(trim_branches(source))
+        while (dropped := drop_unused_constants(source)) != source:  # one more link of a chain per pass
+            source = dropped
         if source == before:
             return re.sub(r"\n(?:[ \t]*\n){2,}", "\n\n", source)

@@ -3,21 +3,23 @@ nesting of braces, and lines. What does not read as expected raises Unreadable, 
 leaves that code as it is."""
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 _PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
                  "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", "{", "}", "(", ")", "[", "]", ";", ":", ",",
                  ".", "?", "!", "~", "+", "-", "*", "/", "%", "&", "|", "^", "=", "<", ">", "#"], key=len, reverse=True)
-_TOKEN = re.compile(
-    r"(?P<ws>\s*)(?:"
-    r"(?P<comment>//[^\n]*|/\*.*?\*/)"
+_TOKENS = re.compile(
+    # a directive is a whole line from a `#` that starts it (after indentation)
+    r"(?P<pp>(?:^|(?<=\n))[ \t]*(?P<directive>#(?:\\\n|[^\n])*))"
+    r"|(?P<ws>[ \t\r\f\v]*\n|[ \t\r\f\v]+)"  # a newline ends whitespace: the next line may be a directive
+    r"|(?P<comment>//[^\n]*|/\*.*?\*/)"
     r"|(?P<str>(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')"
     r"|(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*)"
     r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT) + "))?",
+    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1) + r"|[{}()\[\];:,.?!~+\-*/%&|^=<>#])"
+    r"|(?P<bad>.)",
     re.DOTALL)
-_DIRECTIVE = re.compile(r"#(?:\\\n|[^\n])*")
 
 # Bytes of the fundamental types the templates name (CUDA's, on every target)
 SIZEOF = {"char": 1, "bool": 1, "short": 2, "int": 4, "unsigned": 4, "float": 4, "double": 8, "__half": 2,
@@ -31,31 +33,30 @@ class Unreadable(Exception):
     """Code that does not read as the trimmer expects: left as it is."""
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # id, num, str, punct, comment, pp (a whole preprocessor directive)
     text: str
     start: int  # offsets in the source
     end: int
 
 
+_new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
+
+
 @lru_cache(maxsize=8)
 def tokenize(text: str) -> tuple[Token, ...]:
-    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token."""
-    out, pos, end = [], 0, len(text)
-    while True:
-        m = _TOKEN.match(text, pos)
-        start = m.end("ws")
-        if start == end:
-            return tuple(out)
-        if m.end() == start:
-            raise ValueError(f"cannot tokenize at {text[start:start + 20]!r}")
+    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token.
+    Raises ValueError at a character no token starts with."""
+    out = []
+    for m in _TOKENS.finditer(text):
         kind = m.lastgroup
-        if kind == "punct" and m.group(kind) == "#" and (not out or "\n" in text[pos:start]):
-            m = _DIRECTIVE.match(text, start)  # at the start of a line: a directive, to its end
-            kind = "pp"
-        out.append(Token(kind, m.group(0) if kind == "pp" else m.group(kind), start, m.end()))
-        pos = m.end()
+        if kind == "ws":
+            continue
+        if kind == "bad":
+            raise ValueError(f"cannot tokenize at {text[m.start():m.start() + 20]!r}")
+        a, b = m.span("directive" if kind == "pp" else 0)
+        out.append(_new_token(Token, (kind, text[a:b], a, b)))
+    return tuple(out)
 
 
 @lru_cache(maxsize=8)
