@@ -50,6 +50,8 @@ SM_BYTES_PER_S = 150e9  # what one SM streams from L2 when all do (64x128 tiles 
 LAUNCH_S = 3e-6  # a launch and the pipeline's first fill
 RIDGE = 1e-3
 MIN_DOF_PER_FEATURE = 5  # repeated measurements (beyond one a kernel) per feature before theta is fitted
+FOLDS = 5  # evaluate: each fifth of the measurements held out in turn (so each fit sees 80% of them)
+SPLIT_SEED = 0  # evaluate: the shuffle that deals them into folds, fixed so that the figure is reproducible
 FADE = math.log(4.0)  # a layer's correction fades to nothing over this much log M beyond its measured range
 FEATURES = ("log fill_m", "log fill_n", "log busy SMs", "log k tiles", "1/k tiles", "log waves", "1/waves",
             "packs", "log memory/compute", "memory-bound", "stream-K share")
@@ -223,41 +225,57 @@ class TimeModel:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Prediction error (|predicted / measured - 1|) on held-out measurements."""
+    """Prediction error (|predicted / measured - 1|) on held-out measurements (see ``evaluate``);
+    ``held_out`` 0 where there were too few to hold any out (``median`` and ``p90`` are then nan)."""
 
     held_out: int
     median: float
     p90: float
     by_basis: dict[str, tuple[int, float]]  # basis -> (count, median error)
+    folds: int = FOLDS
 
     def text(self) -> str:
+        if not self.held_out:
+            return "no held-out error: too few measurements to hold any out"
         parts = ", ".join(f"{b}: {n} at {100 * e:.1f}%" for b, (n, e) in self.by_basis.items())
         return (f"median error {100 * self.median:.1f}% (90th percentile {100 * self.p90:.1f}%) on {self.held_out} "
-                f"held-out measurements ({parts})")
+                f"held-out (kernel, shape) pairs ({parts})")
 
 
-def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int, *, fraction: float = 0.2,
-             seed: int = 0) -> Evaluation:
-    """Hold out ``fraction`` of the (kernel, shape) pairs at random, fit on the rest, and measure
-    the error of the predictions at the held-out ones (each pair's median time)."""
-    pairs = sorted({(s.kernel, s.shape) for s in samples})
-    rng = random.Random(seed)
-    rng.shuffle(pairs)
-    held = set(pairs[:max(1, int(len(pairs) * fraction))])
-    model = TimeModel.fit([s for s in samples if (s.kernel, s.shape) not in held], configs, sms)
+def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int, *, folds: int = FOLDS,
+             seed: int = SPLIT_SEED) -> Evaluation:
+    """The model's error where it did not see the measurement: the (kernel, shape) pairs are
+    shuffled (``seed``) and dealt into ``folds`` parts; each part is held out in turn -- every
+    measurement of its pairs, so that the model never saw that kernel at that shape (it may have
+    seen the kernel at other shapes, and other kernels at that shape) -- and the model fitted on
+    the rest predicts each held-out pair, against the pair's median time. Every pair is predicted
+    once; the basis of each prediction (TimeModel.basis, the layer's token counts dropped) breaks
+    the error down. Deterministic for given samples, ``folds`` and ``seed``."""
+    pairs = sorted({(s.kernel, s.shape) for s in samples if s.kernel in configs and s.us > 0})
+    folds = min(folds, len(pairs))
+    if folds < 2:
+        return Evaluation(0, math.nan, math.nan, {}, folds)
+    random.Random(seed).shuffle(pairs)
     truth = defaultdict(list)
     for s in samples:
-        if (s.kernel, s.shape) in held:
-            truth[s.kernel, s.shape].append(s.us)
+        truth[s.kernel, s.shape].append(s.us)
     errors, by_basis = [], defaultdict(list)
-    for (kernel, shape), times in truth.items():
-        config = configs[kernel]
-        err = abs(model.predict(config, shape) / statistics.median(times) - 1.0)
-        errors.append(err)
-        basis = model.basis(config, shape.n, shape.k)
-        by_basis["measured at this layer" if basis.startswith("measured") else basis].append(err)
+    for part in range(folds):
+        held = set(pairs[part::folds])
+        try:
+            model = TimeModel.fit([s for s in samples if (s.kernel, s.shape) not in held], configs, sms)
+        except GemmgenError:  # nothing left to fit on (a handful of measurements, all of them held)
+            continue
+        for kernel, shape in sorted(held):
+            config = configs[kernel]
+            err = abs(model.predict(config, shape) / statistics.median(truth[kernel, shape]) - 1.0)
+            errors.append(err)
+            basis = model.basis(config, shape.n, shape.k)
+            by_basis["measured at this layer" if basis.startswith("measured") else basis].append(err)
+    if not errors:
+        return Evaluation(0, math.nan, math.nan, {}, folds)
     return Evaluation(len(errors), float(np.median(errors)), float(np.quantile(errors, 0.9)),
-                      {b: (len(e), float(np.median(e))) for b, e in sorted(by_basis.items())})
+                      {b: (len(e), float(np.median(e))) for b, e in sorted(by_basis.items())}, folds)
 
 
 def stored_samples(db, precision: str, arch: Arch, variant: Variant = Variant(), family: str | None = None,
