@@ -8,15 +8,20 @@ seconds). What it misses -- how full the tiles are, how many SMs the busiest wav
 too short to fill the pipeline, packing of misaligned operands, stream-K's partial sums -- is
 fitted:
 
-    log t = log base + theta . x(kernel, shape) + u(kernel) + r(kernel, N, K, M)
+    log t = log base + theta . x(kernel, shape) + u(kernel) + v(N, K, M) + r(kernel, N, K, M)
 
 - ``theta``, one vector for all kernels, is fitted within kernels (each kernel's mean taken
   out), so that it learns how a kernel's time moves from shape to shape, not which kernels are fast;
-- ``u(kernel)``, a kernel's calibration: the median of its residuals, or for a kernel measured
-  nowhere, predicted from its parameters (a ridge fit over the calibrated kernels);
-- ``r``, a layer's correction: where the kernel was measured at the same N and K, its residuals
-  there interpolated in log M (so a prediction at a measured shape is that measurement, and
-  between two measured token counts it moves smoothly), fading out beyond them.
+- ``u(kernel)``, a kernel's calibration, and ``v``, a shape's effect (what every kernel measured
+  there has beyond the base and theta: the shape's memory traffic, a drift its cuBLAS pairing
+  missed), fitted together by median polish of the residuals; for a kernel measured nowhere, u is
+  predicted from its parameters (a ridge fit over the calibrated kernels); at a token count
+  nothing was measured at, v is the layer's interpolated in log M (fading out beyond them, 0 on a
+  layer measured nowhere) -- so a kernel measured only on other layers, or nowhere, still gets
+  what the other kernels measured at the shape say of it;
+- ``r``, a layer's correction: where the kernel was measured at the same N and K, what is left of
+  its residuals there, interpolated in log M (so a prediction at a measured shape is that
+  measurement, and between two measured token counts it moves smoothly), fading out beyond them.
 
 Times are in microseconds per product (a batched launch's divided by its count), normalized for drift: a
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
@@ -52,6 +57,7 @@ RIDGE = 1e-3
 MIN_DOF_PER_FEATURE = 5  # repeated measurements (beyond one a kernel) per feature before theta is fitted
 FOLDS = 5  # evaluate: each fifth of the measurements held out in turn (so each fit sees 80% of them)
 SPLIT_SEED = 0  # evaluate: the shuffle that deals them into folds, fixed so that the figure is reproducible
+POLISH_SWEEPS = 4  # median polish of kernel and shape effects: settled within a few sweeps
 FADE = math.log(4.0)  # a layer's correction fades to nothing over this much log M beyond its measured range
 FEATURES = ("log fill_m", "log fill_n", "log busy SMs", "log k tiles", "1/k tiles", "log waves", "1/waves",
             "packs", "log memory/compute", "memory-bound", "stream-K share")
@@ -129,6 +135,50 @@ def _kernel_features(config: KernelConfig) -> dict[str, float]:
     return out
 
 
+def _two_way(resid: np.ndarray, kernels: list[str], shapes: list[tuple]) -> tuple[dict, dict]:
+    """(u by kernel, v by shape): resid ~ u(kernel) + v(shape), fitted by median polish (a few
+    sweeps of medians, robust to a kernel's odd measurement); v's median over shapes is 0, so that
+    a shape measured nowhere takes v = 0 and u keeps the kernels' typical level."""
+    by_k, by_s = defaultdict(list), defaultdict(list)
+    for i, (k, s) in enumerate(zip(kernels, shapes)):
+        by_k[k].append(i)
+        by_s[s].append(i)
+    u_i, v_i = np.zeros(len(resid)), np.zeros(len(resid))
+    u, v = {}, {}
+    for _ in range(POLISH_SWEEPS):
+        for k, idx in by_k.items():
+            u[k] = float(np.median(resid[idx] - v_i[idx]))
+            u_i[idx] = u[k]
+        for s, idx in by_s.items():
+            v[s] = float(np.median(resid[idx] - u_i[idx]))
+        mid = float(np.median(list(v.values())))
+        for s, idx in by_s.items():
+            v[s] -= mid
+            v_i[idx] = v[s]
+    return u, v
+
+
+def _merged(layers: dict) -> dict:
+    """Each key's (log M, residual) points, one per log M (the median of its residuals), sorted."""
+    merged = {}
+    for key, points in layers.items():
+        by_m = defaultdict(list)
+        for lm, r in points:
+            by_m[lm].append(r)
+        merged[key] = sorted((lm, float(statistics.median(rs))) for lm, rs in by_m.items())
+    return merged
+
+
+def _fading(points: list | None, lm: np.ndarray) -> np.ndarray:
+    """``points`` [(log M, r)], sorted, interpolated at ``lm``, fading to 0 over FADE beyond them."""
+    if not points:
+        return np.zeros_like(lm)
+    xs, rs = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    inside = np.interp(lm, xs, rs)
+    beyond = np.where(lm < xs[0], xs[0] - lm, np.where(lm > xs[-1], lm - xs[-1], 0.0))
+    return inside * np.clip(1.0 - beyond / FADE, 0.0, 1.0)
+
+
 @dataclass
 class TimeModel:
     """A fitted model (see the module). ``configs``: every kernel it knows, by name."""
@@ -140,6 +190,7 @@ class TimeModel:
     layers: dict[tuple[str, int, int], list[tuple[float, float]]]  # (kernel, N, K) -> [(log M, residual)], sorted
     configs: dict[str, KernelConfig] = field(default_factory=dict)
     samples: int = 0
+    shapes: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)  # (N, K) -> [(log M, v)]
 
     @classmethod
     def fit(cls, samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int) -> "TimeModel":
@@ -166,21 +217,20 @@ class TimeModel:
         theta = (np.linalg.solve(Xc.T @ Xc + RIDGE * len(y) * np.eye(X.shape[1]), Xc.T @ yc)
                  if dof >= MIN_DOF_PER_FEATURE * X.shape[1] else np.zeros(X.shape[1]))
         resid = y - X @ theta
-        calibration = {k: float(np.median(resid[idx])) for k, idx in by_kernel.items()}
+        shape_of = [(s.shape.n, s.shape.k, math.log(s.shape.m)) for s, _ in rows]
+        calibration, effect = _two_way(resid, [s.kernel for s, _ in rows], shape_of)
         names = sorted({f for k in calibration for f in _kernel_features(configs[k])})
         KX = np.array([[_kernel_features(configs[k]).get(f, 0.0) for f in names] for k in calibration])
         KY = np.array(list(calibration.values()))
         w = np.linalg.solve(KX.T @ KX + RIDGE * len(KY) * np.eye(len(names)), KX.T @ KY)
-        layers = defaultdict(list)
+        layers, shapes = defaultdict(list), defaultdict(list)
         for i, (s, _) in enumerate(rows):
-            layers[s.kernel, s.shape.n, s.shape.k].append((math.log(s.shape.m), resid[i] - calibration[s.kernel]))
-        merged = {}
-        for key, points in layers.items():
-            by_m = defaultdict(list)
-            for lm, r in points:
-                by_m[lm].append(r)
-            merged[key] = sorted((lm, float(statistics.median(rs))) for lm, rs in by_m.items())
-        return cls(sms, theta, calibration, dict(zip(names, w.tolist())), merged, dict(configs), len(rows))
+            rest = resid[i] - calibration[s.kernel] - effect[shape_of[i]]
+            layers[s.kernel, s.shape.n, s.shape.k].append((shape_of[i][2], rest))
+        for (n, k, lm), v in effect.items():
+            shapes[n, k].append((lm, v))
+        return cls(sms, theta, calibration, dict(zip(names, w.tolist())), _merged(layers), dict(configs), len(rows),
+                   {key: sorted(points) for key, points in shapes.items()})
 
     def _offset(self, config: KernelConfig) -> tuple[float, str]:
         if config.name in self.calibration:
@@ -189,13 +239,8 @@ class TimeModel:
         return sum(self.prior.get(f, 0.0) * v for f, v in feats.items()), "predicted from its parameters"
 
     def _layer(self, name: str, n: int, k: int, lm: np.ndarray) -> np.ndarray:
-        points = self.layers.get((name, n, k))
-        if not points:
-            return np.zeros_like(lm)
-        xs, rs = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-        inside = np.interp(lm, xs, rs)
-        beyond = np.where(lm < xs[0], xs[0] - lm, np.where(lm > xs[-1], lm - xs[-1], 0.0))
-        return inside * np.clip(1.0 - beyond / FADE, 0.0, 1.0)
+        """The kernel's correction on layer N x K plus the layer's shape effect, at each of ``lm``."""
+        return _fading(self.layers.get((name, n, k)), lm) + _fading(self.shapes.get((n, k)), lm)
 
     def predict_m(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Predicted microseconds of ``config`` at each token count of ``m`` (an array), N, K."""
