@@ -14,14 +14,17 @@ fitted:
   out), so that it learns how a kernel's time moves from shape to shape, not which kernels are fast;
 - ``u(kernel)``, a kernel's calibration, and ``v``, a shape's effect (what every kernel measured
   there has beyond the base and theta: the shape's memory traffic, a drift its cuBLAS pairing
-  missed), fitted together by median polish of the residuals; for a kernel measured nowhere, u is
-  predicted from its parameters (a ridge fit over the calibrated kernels); at a token count
-  nothing was measured at, v is the layer's interpolated in log M (fading out beyond them, 0 on a
-  layer measured nowhere) -- so a kernel measured only on other layers, or nowhere, still gets
-  what the other kernels measured at the shape say of it;
+  missed), fitted together by median polish of the residuals; at a token count nothing was
+  measured at, v is the layer's, interpolated in log M (fading out beyond them; 0 on a layer
+  measured nowhere);
 - ``r``, a layer's correction: where the kernel was measured at the same N and K, what is left of
   its residuals there, interpolated in log M (so a prediction at a measured shape is that
   measurement, and between two measured token counts it moves smoothly), fading out beyond them.
+
+A kernel not measured on the layer borrows from its *similar* kernels (``_distance``: at most
+NEIGHBOUR_DISTANCE parameters apart) measured on it within a doubling of the token count: one
+measured elsewhere takes their median r; one measured nowhere their median u + r, else (none
+near) u predicted from its parameters (a ridge fit over the calibrated kernels).
 
 Times are in microseconds per product (a batched launch's divided by its count), normalized for drift: a
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
@@ -36,6 +39,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -57,6 +61,8 @@ RIDGE = 1e-3
 MIN_DOF_PER_FEATURE = 5  # repeated measurements (beyond one a kernel) per feature before theta is fitted
 FOLDS = 5  # evaluate: each fifth of the measurements held out in turn (so each fit sees 80% of them)
 SPLIT_SEED = 0  # evaluate: the shuffle that deals them into folds, fixed so that the figure is reproducible
+NEIGHBOUR_DISTANCE = 2  # a kernel measured nowhere takes u from kernels this close (_distance) measured on the layer
+NEIGHBOUR_M = math.log(2.0)  # ... at a token count within a doubling of the one predicted
 POLISH_SWEEPS = 4  # median polish of kernel and shape effects: settled within a few sweeps
 FADE = math.log(4.0)  # a layer's correction fades to nothing over this much log M beyond its measured range
 FEATURES = ("log fill_m", "log fill_n", "log busy SMs", "log k tiles", "1/k tiles", "log waves", "1/waves",
@@ -133,6 +139,19 @@ def _kernel_features(config: KernelConfig) -> dict[str, float]:
         else:
             out[f"{name}={value}"] = 1.0
     return out
+
+
+def _traits(config: KernelConfig) -> frozenset:
+    """What ``_distance`` compares of a kernel: its family, its parameters and its tile's dimensions
+    (so a different tile counts twice, as its parameter and as the tile: it changes the waves and
+    each tile's work, not only how a tile is run)."""
+    g = config.geometry
+    return frozenset({"family": config.family.name, **config.params, "tile_m": g.tile_m, "tile_n": g.tile_n}.items())
+
+
+def _distance(a: frozenset, b: frozenset) -> int:
+    """How many of two kernels' traits differ (of two kernels of one family: how many of their values)."""
+    return len(a ^ b) // 2
 
 
 def _two_way(resid: np.ndarray, kernels: list[str], shapes: list[tuple]) -> tuple[dict, dict]:
@@ -232,25 +251,56 @@ class TimeModel:
         return cls(sms, theta, calibration, dict(zip(names, w.tolist())), _merged(layers), dict(configs), len(rows),
                    {key: sorted(points) for key, points in shapes.items()})
 
-    def _offset(self, config: KernelConfig) -> tuple[float, str]:
-        if config.name in self.calibration:
-            return self.calibration[config.name], "calibrated on its own measurements"
-        feats = _kernel_features(config)
-        return sum(self.prior.get(f, 0.0) * v for f, v in feats.items()), "predicted from its parameters"
+    def _kernel(self, config: KernelConfig, n: int, k: int, lm: np.ndarray) -> tuple[np.ndarray, str]:
+        """u + r of ``config`` on layer N x K at each of ``lm`` (see the module), and where it comes from."""
+        own = self.layers.get((config.name, n, k))
+        if own:
+            return self.calibration[config.name] + _fading(own, lm), "measured at this layer"
+        if config.name in self.calibration:  # measured elsewhere: similar kernels' correction here, where any
+            similar = self._similar(config, n, k, lm, with_u=False)
+            return self.calibration[config.name] + np.nan_to_num(similar), "calibrated on its own measurements"
+        similar = self._similar(config, n, k, lm, with_u=True)
+        prior = sum(self.prior.get(f, 0.0) * v for f, v in _kernel_features(config).items())
+        if np.isnan(similar).all():
+            return np.full(lm.shape, prior), "predicted from its parameters"
+        return np.where(np.isnan(similar), prior, similar), "predicted from similar kernels measured on this layer"
 
-    def _layer(self, name: str, n: int, k: int, lm: np.ndarray) -> np.ndarray:
-        """The kernel's correction on layer N x K plus the layer's shape effect, at each of ``lm``."""
-        return _fading(self.layers.get((name, n, k)), lm) + _fading(self.shapes.get((n, k)), lm)
+    @cached_property
+    def _on_layer(self) -> dict[tuple[int, int], list[tuple[str, frozenset]]]:
+        """(N, K) -> [(a kernel measured there, its _traits)]."""
+        out = defaultdict(list)
+        for name, n, k in self.layers:
+            out[n, k].append((name, _traits(self.configs[name])))
+        return out
+
+    def _similar(self, config: KernelConfig, n: int, k: int, lm: np.ndarray, with_u: bool) -> np.ndarray:
+        """The median, at each of ``lm``, of the layer corrections (``with_u``: plus the calibrations)
+        of the kernels within NEIGHBOUR_DISTANCE of ``config`` measured on layer N x K within
+        NEIGHBOUR_M of that token count; nan where there are none."""
+        traits, name = _traits(config), config.name
+        near = [o for o, theirs in self._on_layer.get((n, k), ())
+                if o != name and _distance(traits, theirs) <= NEIGHBOUR_DISTANCE]
+        values = np.full((len(near), len(lm)), np.nan)
+        for i, o in enumerate(near):
+            points = self.layers[o, n, k]
+            xs = np.array([p[0] for p in points])
+            close = np.abs(lm[:, None] - xs[None, :]).min(axis=1) <= NEIGHBOUR_M
+            values[i, close] = (self.calibration[o] if with_u else 0.0) + _fading(points, lm[close])
+        out = np.full(lm.shape, np.nan)
+        seen = ~np.isnan(values).all(axis=0)
+        if seen.any():
+            out[seen] = np.nanmedian(values[:, seen], axis=0)
+        return out
 
     def predict_m(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Predicted microseconds of ``config`` at each token count of ``m`` (an array), N, K."""
         lm = np.log(np.asarray(m, dtype=np.float64))
         base, x = _base(config, np.exp(lm), n, k, self.sms)
-        offset, _ = self._offset(config)
+        kernel, _ = self._kernel(config, n, k, lm)
         # no kernel beats MAX_EFFICIENCY of the tensor cores' peak, whatever a calibration measured
         # where memory bound it would say of its compute
         ceiling = 2.0 * np.exp(lm) * n * k / (MAX_EFFICIENCY * TENSOR_TFLOPS.get(config.precision, 67.0) * 1e6)
-        return np.maximum(base * 1e6 * np.exp(x @ self.theta + offset + self._layer(config.name, n, k, lm)), ceiling)
+        return np.maximum(base * 1e6 * np.exp(x @ self.theta + kernel + _fading(self.shapes.get((n, k)), lm)), ceiling)
 
     def memory_bound(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Whether the base is bound by memory rather than the kernel's compute at each of ``m``."""
@@ -259,13 +309,13 @@ class TimeModel:
     def predict(self, config: KernelConfig, shape: Shape) -> float:
         return float(self.predict_m(config, shape.n, shape.k, np.array([shape.m]))[0])
 
-    def basis(self, config: KernelConfig, n: int, k: int) -> str:
-        """Where a prediction for ``config`` at this N and K comes from, in words."""
+    def basis(self, config: KernelConfig, n: int, k: int, m: int = 1) -> str:
+        """Where a prediction for ``config`` at this N and K (and token count ``m``) comes from, in words."""
         points = self.layers.get((config.name, n, k))
         if points:
             ms = sorted(round(math.exp(p[0])) for p in points)
             return f"measured at this layer (M = {', '.join(map(str, ms[:6]))}{', ...' if len(ms) > 6 else ''})"
-        return self._offset(config)[1]
+        return self._kernel(config, n, k, np.array([math.log(m)]))[1]
 
 
 @dataclass(frozen=True)
@@ -315,7 +365,7 @@ def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: i
             config = configs[kernel]
             err = abs(model.predict(config, shape) / statistics.median(truth[kernel, shape]) - 1.0)
             errors.append(err)
-            basis = model.basis(config, shape.n, shape.k)
+            basis = model.basis(config, shape.n, shape.k, shape.m)
             by_basis["measured at this layer" if basis.startswith("measured") else basis].append(err)
     if not errors:
         return Evaluation(0, math.nan, math.nan, {}, folds)
