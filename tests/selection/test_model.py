@@ -95,3 +95,38 @@ def test_gemmgen_model_errors_are_one_line_and_exit_2(capsys, tmp_path, argv, me
     assert main(["model", *argv, "--gpu", "sm_90", "--db", url]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err
+
+
+def test_a_kernel_measured_nowhere_borrows_from_a_similar_kernel_measured_on_the_layer():
+    """BIG's sibling with one stage fewer (one parameter apart, the same base) is predicted at a
+    shape BIG was measured at as BIG's measurement; a kernel of another tile and stages is not
+    similar enough and is predicted from its parameters."""
+    from gemmgen.selection.dispatch.model import TimeModel
+
+    samples = _law_samples(0.01)
+    model = TimeModel.fit(samples, _configs(), 132)
+    big, shape = "hopper_128x256_c2_s4_g8_ov_fp16", SHAPES[7]
+    measured = sorted(s.us for s in samples if (s.kernel, s.shape) == (big, shape))
+    sibling = _config("hopper_128x256_c2_s3_g8_ov_fp16")
+    assert model.predict(sibling, shape) == pytest.approx((measured[0] + measured[1]) / 2, rel=2e-3)
+    assert model.basis(sibling, shape.n, shape.k, shape.m) == "predicted from similar kernels measured on this layer"
+    stranger = _config("hopper_64x256_c1_s5_g4_ov_fp16")
+    assert model.basis(stranger, shape.n, shape.k, shape.m) == "predicted from its parameters"
+
+
+def test_a_kernel_measured_at_one_shape_keeps_what_that_shape_does_to_every_kernel():
+    """At 4096 x 4096 x 4096 every kernel runs 40% slower than the law (a shape effect); a fourth
+    kernel measured there alone cannot tell that from its own speed, so at a token count far from
+    it (M = 16, beyond the layer correction's reach) it is predicted at the ratio to the base it
+    was measured at, not 40% faster."""
+    from gemmgen.selection.dispatch.model import TimeModel
+
+    odd, slow = "hopper_128x128_c2_s5_g4_ov_fp16", Shape(4096, 4096, 4096)
+    configs = {**_configs(), odd: _config(odd)}
+    samples = [Sample(s.kernel, s.shape, s.us * (1.4 if s.shape == slow else 1.0)) for s in _law_samples(0.01)]
+    base = _base(configs[odd], np.array([slow.m]), slow.n, slow.k, 132)[0][0] * 1e6
+    samples.append(Sample(odd, slow, base * math.exp(0.5) * 1.4))
+    model = TimeModel.fit(samples, configs, 132)
+    far = Shape(16, 4096, 4096)
+    far_base = _base(configs[odd], np.array([far.m]), far.n, far.k, 132)[0][0] * 1e6
+    assert model.predict(configs[odd], far) / far_base == pytest.approx(math.exp(0.5) * 1.4, rel=0.05)

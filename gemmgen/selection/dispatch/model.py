@@ -29,8 +29,9 @@ near) u predicted from its parameters (a ridge fit over the calibrated kernels).
 Times are in microseconds per product (a batched launch's divided by its count), normalized for drift: a
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
 times cuBLAS's median time there (gemmgen.selection.best pairs the rows). Only fully timed rows count: a tuner's cut rows ("timed only
-N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out measurements;
-``gemmgen.selection.dispatch.select`` uses ``predict_m`` for every token count a dispatcher serves.
+N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out
+measurements (`gemmgen model` prints it; a dispatcher's header states it); ``gemmgen.selection.dispatch.select``
+uses ``predict_m`` for every token count a dispatcher serves.
 """
 
 import math
@@ -61,8 +62,9 @@ RIDGE = 1e-3
 MIN_DOF_PER_FEATURE = 5  # repeated measurements (beyond one a kernel) per feature before theta is fitted
 FOLDS = 5  # evaluate: each fifth of the measurements held out in turn (so each fit sees 80% of them)
 SPLIT_SEED = 0  # evaluate: the shuffle that deals them into folds, fixed so that the figure is reproducible
-NEIGHBOUR_DISTANCE = 2  # a kernel measured nowhere takes u from kernels this close (_distance) measured on the layer
+NEIGHBOUR_DISTANCE = 2  # a kernel not measured on a layer borrows from kernels this close (_distance) measured on it
 NEIGHBOUR_M = math.log(2.0)  # ... at a token count within a doubling of the one predicted
+SHAPE_KERNELS = 3  # kernels measured at a shape before it has an effect of its own
 POLISH_SWEEPS = 4  # median polish of kernel and shape effects: settled within a few sweeps
 FADE = math.log(4.0)  # a layer's correction fades to nothing over this much log M beyond its measured range
 FEATURES = ("log fill_m", "log fill_n", "log busy SMs", "log k tiles", "1/k tiles", "log waves", "1/waves",
@@ -156,24 +158,29 @@ def _distance(a: frozenset, b: frozenset) -> int:
 
 def _two_way(resid: np.ndarray, kernels: list[str], shapes: list[tuple]) -> tuple[dict, dict]:
     """(u by kernel, v by shape): resid ~ u(kernel) + v(shape), fitted by median polish (a few
-    sweeps of medians, robust to a kernel's odd measurement); v's median over shapes is 0, so that
-    a shape measured nowhere takes v = 0 and u keeps the kernels' typical level."""
+    sweeps of medians, robust to a kernel's odd measurement); v only for shapes at least
+    SHAPE_KERNELS kernels were measured at, its median over them 0, so that where there is none u
+    keeps the kernels' level. A kernel measured at one shape only cannot tell its u from the
+    shape's v: its u keeps both (taking v out would carry to its other token counts what the
+    kernels measured there share, a tile's fit to that M included, as if it were its own)."""
     by_k, by_s = defaultdict(list), defaultdict(list)
     for i, (k, s) in enumerate(zip(kernels, shapes)):
         by_k[k].append(i)
         by_s[s].append(i)
+    anchored = {k for k, idx in by_k.items() if len({shapes[i] for i in idx}) > 1}
+    by_s = {s: idx for s, idx in by_s.items() if len({kernels[i] for i in idx}) >= SHAPE_KERNELS}
     u_i, v_i = np.zeros(len(resid)), np.zeros(len(resid))
     u, v = {}, {}
     for _ in range(POLISH_SWEEPS):
         for k, idx in by_k.items():
-            u[k] = float(np.median(resid[idx] - v_i[idx]))
+            u[k] = float(np.median(resid[idx] - (v_i[idx] if k in anchored else 0.0)))
             u_i[idx] = u[k]
         for s, idx in by_s.items():
             v[s] = float(np.median(resid[idx] - u_i[idx]))
-        mid = float(np.median(list(v.values())))
-        for s, idx in by_s.items():
+        mid = float(np.median(list(v.values()))) if v else 0.0
+        for s in v:
             v[s] -= mid
-            v_i[idx] = v[s]
+        v_i = np.array([v.get(s, 0.0) for s in shapes])
     return u, v
 
 
@@ -242,14 +249,17 @@ class TimeModel:
         KX = np.array([[_kernel_features(configs[k]).get(f, 0.0) for f in names] for k in calibration])
         KY = np.array(list(calibration.values()))
         w = np.linalg.solve(KX.T @ KX + RIDGE * len(KY) * np.eye(len(names)), KX.T @ KY)
-        layers, shapes = defaultdict(list), defaultdict(list)
-        for i, (s, _) in enumerate(rows):
-            rest = resid[i] - calibration[s.kernel] - effect[shape_of[i]]
-            layers[s.kernel, s.shape.n, s.shape.k].append((shape_of[i][2], rest))
+        shapes = defaultdict(list)
         for (n, k, lm), v in effect.items():
             shapes[n, k].append((lm, v))
+        shapes = {key: sorted(points) for key, points in shapes.items()}
+        layers = defaultdict(list)
+        for i, (s, _) in enumerate(rows):  # r: what the prediction's u and v leave (v as predict_m reads it)
+            n, k, lm = shape_of[i]
+            rest = resid[i] - calibration[s.kernel] - _fading(shapes.get((n, k)), np.array([lm]))[0]
+            layers[s.kernel, n, k].append((lm, rest))
         return cls(sms, theta, calibration, dict(zip(names, w.tolist())), _merged(layers), dict(configs), len(rows),
-                   {key: sorted(points) for key, points in shapes.items()})
+                   shapes)
 
     def _kernel(self, config: KernelConfig, n: int, k: int, lm: np.ndarray) -> tuple[np.ndarray, str]:
         """u + r of ``config`` on layer N x K at each of ``lm`` (see the module), and where it comes from."""
