@@ -268,7 +268,7 @@ class TimeModel:
             return self.calibration[config.name] + _fading(own, lm), "measured at this layer"
         if config.name in self.calibration:  # measured elsewhere: similar kernels' correction here, where any
             similar = self._similar(config, n, k, lm, with_u=False)
-            return self.calibration[config.name] + np.nan_to_num(similar), "calibrated on its own measurements"
+            return self.calibration[config.name] + np.nan_to_num(similar), "measured on other layers only"
         similar = self._similar(config, n, k, lm, with_u=True)
         prior = sum(self.prior.get(f, 0.0) * v for f, v in _kernel_features(config).items())
         if np.isnan(similar).all():
@@ -376,7 +376,7 @@ def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: i
             err = abs(model.predict(config, shape) / statistics.median(truth[kernel, shape]) - 1.0)
             errors.append(err)
             basis = model.basis(config, shape.n, shape.k, shape.m)
-            by_basis["measured at this layer" if basis.startswith("measured") else basis].append(err)
+            by_basis["measured at this layer" if basis.startswith("measured at this layer") else basis].append(err)
     if not errors:
         return Evaluation(0, math.nan, math.nan, {}, folds)
     return Evaluation(len(errors), float(np.median(errors)), float(np.quantile(errors, 0.9)),
