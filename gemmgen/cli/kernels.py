@@ -1,5 +1,5 @@
 """The commands that need no GPU: `list`, `emit` (a point, `emit best`, a dispatcher), `build`,
-`results` and `best`. Each parses, calls the stage that does the work, and prints.
+`results`, `best` and `model`. Each parses, calls the stage that does the work, and prints.
 """
 
 import argparse
@@ -261,4 +261,23 @@ def cmd_best(args: argparse.Namespace) -> int:
     _, _, params = point_spec(found.kernel)
     print("  " + ", ".join(f"{k}={v}" for k, v in params.items()))
     print(f"  emit: gemmgen emit {found.kernel} --gpu {arch.name}")
+    return 0
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    """`model --precision P [variant] [--family F] [--gpu ARCH] [--batch N]`: the selection model's
+    held-out error on the stored measurements a dispatcher of that precision and variant is chosen from."""
+    from gemmgen.selection.dispatch.model import evaluate, stored_samples
+    from gemmgen.store.db import ResultsDB, resolve_url
+
+    variant = asked_variant(args)
+    arch = target(args.gpu, quiet=True)
+    db = ResultsDB(resolve_url(args.db), create=False)
+    samples, configs, sms, device = stored_samples(db, args.precision, arch, variant, args.family,
+                                                   batch_count=args.batch_count)
+    found = evaluate(samples, configs, sms)
+    print(f"selection model of {args.precision} (variant {variant.text}) for {arch.name}: {len(samples)} measurements "
+          f"of {len(configs)} kernels on {device} ({sms} SMs)")
+    print(f"  {found.text()}")
+    print(f"  each of {found.folds} folds of the (kernel, shape) pairs held out in turn, predicted by a fit on the rest")
     return 0

@@ -8,21 +8,30 @@ seconds). What it misses -- how full the tiles are, how many SMs the busiest wav
 too short to fill the pipeline, packing of misaligned operands, stream-K's partial sums -- is
 fitted:
 
-    log t = log base + theta . x(kernel, shape) + u(kernel) + r(kernel, N, K, M)
+    log t = log base + theta . x(kernel, shape) + u(kernel) + v(N, K, M) + r(kernel, N, K, M)
 
 - ``theta``, one vector for all kernels, is fitted within kernels (each kernel's mean taken
   out), so that it learns how a kernel's time moves from shape to shape, not which kernels are fast;
-- ``u(kernel)``, a kernel's calibration: the median of its residuals, or for a kernel measured
-  nowhere, predicted from its parameters (a ridge fit over the calibrated kernels);
-- ``r``, a layer's correction: where the kernel was measured at the same N and K, its residuals
-  there interpolated in log M (so a prediction at a measured shape is that measurement, and
-  between two measured token counts it moves smoothly), fading out beyond them.
+- ``u(kernel)``, a kernel's calibration, and ``v``, a shape's effect (what every kernel measured
+  there has beyond the base and theta: the shape's memory traffic, a drift its cuBLAS pairing
+  missed), fitted together by median polish of the residuals; at a token count nothing was
+  measured at, v is the layer's, interpolated in log M (fading out beyond them; 0 on a layer
+  measured nowhere);
+- ``r``, a layer's correction: where the kernel was measured at the same N and K, what is left of
+  its residuals there, interpolated in log M (so a prediction at a measured shape is that
+  measurement, and between two measured token counts it moves smoothly), fading out beyond them.
+
+A kernel not measured on the layer borrows from its *similar* kernels (``_distance``: at most
+NEIGHBOUR_DISTANCE parameters apart) measured on it within a doubling of the token count: one
+measured elsewhere takes their median r; one measured nowhere their median u + r, else (none
+near) u predicted from its parameters (a ridge fit over the calibrated kernels).
 
 Times are in microseconds per product (a batched launch's divided by its count), normalized for drift: a
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
 times cuBLAS's median time there (gemmgen.selection.best pairs the rows). Only fully timed rows count: a tuner's cut rows ("timed only
-N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out measurements;
-``gemmgen.selection.dispatch.select`` uses ``predict_m`` for every token count a dispatcher serves.
+N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out
+measurements (`gemmgen model` prints it; a dispatcher's header states it); ``gemmgen.selection.dispatch.select``
+uses ``predict_m`` for every token count a dispatcher serves.
 """
 
 import math
@@ -31,6 +40,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -50,6 +60,12 @@ SM_BYTES_PER_S = 150e9  # what one SM streams from L2 when all do (64x128 tiles 
 LAUNCH_S = 3e-6  # a launch and the pipeline's first fill
 RIDGE = 1e-3
 MIN_DOF_PER_FEATURE = 5  # repeated measurements (beyond one a kernel) per feature before theta is fitted
+FOLDS = 5  # evaluate: each fifth of the measurements held out in turn (so each fit sees 80% of them)
+SPLIT_SEED = 0  # evaluate: the shuffle that deals them into folds, fixed so that the figure is reproducible
+NEIGHBOUR_DISTANCE = 2  # a kernel not measured on a layer borrows from kernels this close (_distance) measured on it
+NEIGHBOUR_M = math.log(2.0)  # ... at a token count within a doubling of the one predicted
+SHAPE_KERNELS = 3  # kernels measured at a shape before it has an effect of its own
+POLISH_SWEEPS = 4  # median polish of kernel and shape effects: settled within a few sweeps
 FADE = math.log(4.0)  # a layer's correction fades to nothing over this much log M beyond its measured range
 FEATURES = ("log fill_m", "log fill_n", "log busy SMs", "log k tiles", "1/k tiles", "log waves", "1/waves",
             "packs", "log memory/compute", "memory-bound", "stream-K share")
@@ -127,6 +143,68 @@ def _kernel_features(config: KernelConfig) -> dict[str, float]:
     return out
 
 
+def _traits(config: KernelConfig) -> frozenset:
+    """What ``_distance`` compares of a kernel: its family, its parameters and its tile's dimensions
+    (so a different tile counts twice, as its parameter and as the tile: it changes the waves and
+    each tile's work, not only how a tile is run)."""
+    g = config.geometry
+    return frozenset({"family": config.family.name, **config.params, "tile_m": g.tile_m, "tile_n": g.tile_n}.items())
+
+
+def _distance(a: frozenset, b: frozenset) -> int:
+    """How many of two kernels' traits differ (of two kernels of one family: how many of their values)."""
+    return len(a ^ b) // 2
+
+
+def _two_way(resid: np.ndarray, kernels: list[str], shapes: list[tuple]) -> tuple[dict, dict]:
+    """(u by kernel, v by shape): resid ~ u(kernel) + v(shape), fitted by median polish (a few
+    sweeps of medians, robust to a kernel's odd measurement); v only for shapes at least
+    SHAPE_KERNELS kernels were measured at, its median over them 0, so that where there is none u
+    keeps the kernels' level. A kernel measured at one shape only cannot tell its u from the
+    shape's v: its u keeps both (taking v out would carry to its other token counts what the
+    kernels measured there share, a tile's fit to that M included, as if it were its own)."""
+    by_k, by_s = defaultdict(list), defaultdict(list)
+    for i, (k, s) in enumerate(zip(kernels, shapes)):
+        by_k[k].append(i)
+        by_s[s].append(i)
+    anchored = {k for k, idx in by_k.items() if len({shapes[i] for i in idx}) > 1}
+    by_s = {s: idx for s, idx in by_s.items() if len({kernels[i] for i in idx}) >= SHAPE_KERNELS}
+    u_i, v_i = np.zeros(len(resid)), np.zeros(len(resid))
+    u, v = {}, {}
+    for _ in range(POLISH_SWEEPS):
+        for k, idx in by_k.items():
+            u[k] = float(np.median(resid[idx] - (v_i[idx] if k in anchored else 0.0)))
+            u_i[idx] = u[k]
+        for s, idx in by_s.items():
+            v[s] = float(np.median(resid[idx] - u_i[idx]))
+        mid = float(np.median(list(v.values()))) if v else 0.0
+        for s in v:
+            v[s] -= mid
+        v_i = np.array([v.get(s, 0.0) for s in shapes])
+    return u, v
+
+
+def _merged(layers: dict) -> dict:
+    """Each key's (log M, residual) points, one per log M (the median of its residuals), sorted."""
+    merged = {}
+    for key, points in layers.items():
+        by_m = defaultdict(list)
+        for lm, r in points:
+            by_m[lm].append(r)
+        merged[key] = sorted((lm, float(statistics.median(rs))) for lm, rs in by_m.items())
+    return merged
+
+
+def _fading(points: list | None, lm: np.ndarray) -> np.ndarray:
+    """``points`` [(log M, r)], sorted, interpolated at ``lm``, fading to 0 over FADE beyond them."""
+    if not points:
+        return np.zeros_like(lm)
+    xs, rs = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    inside = np.interp(lm, xs, rs)
+    beyond = np.where(lm < xs[0], xs[0] - lm, np.where(lm > xs[-1], lm - xs[-1], 0.0))
+    return inside * np.clip(1.0 - beyond / FADE, 0.0, 1.0)
+
+
 @dataclass
 class TimeModel:
     """A fitted model (see the module). ``configs``: every kernel it knows, by name."""
@@ -138,6 +216,7 @@ class TimeModel:
     layers: dict[tuple[str, int, int], list[tuple[float, float]]]  # (kernel, N, K) -> [(log M, residual)], sorted
     configs: dict[str, KernelConfig] = field(default_factory=dict)
     samples: int = 0
+    shapes: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)  # (N, K) -> [(log M, v)]
 
     @classmethod
     def fit(cls, samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int) -> "TimeModel":
@@ -164,46 +243,74 @@ class TimeModel:
         theta = (np.linalg.solve(Xc.T @ Xc + RIDGE * len(y) * np.eye(X.shape[1]), Xc.T @ yc)
                  if dof >= MIN_DOF_PER_FEATURE * X.shape[1] else np.zeros(X.shape[1]))
         resid = y - X @ theta
-        calibration = {k: float(np.median(resid[idx])) for k, idx in by_kernel.items()}
+        shape_of = [(s.shape.n, s.shape.k, math.log(s.shape.m)) for s, _ in rows]
+        calibration, effect = _two_way(resid, [s.kernel for s, _ in rows], shape_of)
         names = sorted({f for k in calibration for f in _kernel_features(configs[k])})
         KX = np.array([[_kernel_features(configs[k]).get(f, 0.0) for f in names] for k in calibration])
         KY = np.array(list(calibration.values()))
         w = np.linalg.solve(KX.T @ KX + RIDGE * len(KY) * np.eye(len(names)), KX.T @ KY)
+        shapes = defaultdict(list)
+        for (n, k, lm), v in effect.items():
+            shapes[n, k].append((lm, v))
+        shapes = {key: sorted(points) for key, points in shapes.items()}
         layers = defaultdict(list)
-        for i, (s, _) in enumerate(rows):
-            layers[s.kernel, s.shape.n, s.shape.k].append((math.log(s.shape.m), resid[i] - calibration[s.kernel]))
-        merged = {}
-        for key, points in layers.items():
-            by_m = defaultdict(list)
-            for lm, r in points:
-                by_m[lm].append(r)
-            merged[key] = sorted((lm, float(statistics.median(rs))) for lm, rs in by_m.items())
-        return cls(sms, theta, calibration, dict(zip(names, w.tolist())), merged, dict(configs), len(rows))
+        for i, (s, _) in enumerate(rows):  # r: what the prediction's u and v leave (v as predict_m reads it)
+            n, k, lm = shape_of[i]
+            rest = resid[i] - calibration[s.kernel] - _fading(shapes.get((n, k)), np.array([lm]))[0]
+            layers[s.kernel, n, k].append((lm, rest))
+        return cls(sms, theta, calibration, dict(zip(names, w.tolist())), _merged(layers), dict(configs), len(rows),
+                   shapes)
 
-    def _offset(self, config: KernelConfig) -> tuple[float, str]:
-        if config.name in self.calibration:
-            return self.calibration[config.name], "calibrated on its own measurements"
-        feats = _kernel_features(config)
-        return sum(self.prior.get(f, 0.0) * v for f, v in feats.items()), "predicted from its parameters"
+    def _kernel(self, config: KernelConfig, n: int, k: int, lm: np.ndarray) -> tuple[np.ndarray, str]:
+        """u + r of ``config`` on layer N x K at each of ``lm`` (see the module), and where it comes from."""
+        own = self.layers.get((config.name, n, k))
+        if own:
+            return self.calibration[config.name] + _fading(own, lm), "measured at this layer"
+        if config.name in self.calibration:  # measured elsewhere: similar kernels' correction here, where any
+            similar = self._similar(config, n, k, lm, with_u=False)
+            return self.calibration[config.name] + np.nan_to_num(similar), "measured on other layers only"
+        similar = self._similar(config, n, k, lm, with_u=True)
+        prior = sum(self.prior.get(f, 0.0) * v for f, v in _kernel_features(config).items())
+        if np.isnan(similar).all():
+            return np.full(lm.shape, prior), "predicted from its parameters"
+        return np.where(np.isnan(similar), prior, similar), "predicted from similar kernels measured on this layer"
 
-    def _layer(self, name: str, n: int, k: int, lm: np.ndarray) -> np.ndarray:
-        points = self.layers.get((name, n, k))
-        if not points:
-            return np.zeros_like(lm)
-        xs, rs = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-        inside = np.interp(lm, xs, rs)
-        beyond = np.where(lm < xs[0], xs[0] - lm, np.where(lm > xs[-1], lm - xs[-1], 0.0))
-        return inside * np.clip(1.0 - beyond / FADE, 0.0, 1.0)
+    @cached_property
+    def _on_layer(self) -> dict[tuple[int, int], list[tuple[str, frozenset]]]:
+        """(N, K) -> [(a kernel measured there, its _traits)]."""
+        out = defaultdict(list)
+        for name, n, k in self.layers:
+            out[n, k].append((name, _traits(self.configs[name])))
+        return out
+
+    def _similar(self, config: KernelConfig, n: int, k: int, lm: np.ndarray, with_u: bool) -> np.ndarray:
+        """The median, at each of ``lm``, of the layer corrections (``with_u``: plus the calibrations)
+        of the kernels within NEIGHBOUR_DISTANCE of ``config`` measured on layer N x K within
+        NEIGHBOUR_M of that token count; nan where there are none."""
+        traits, name = _traits(config), config.name
+        near = [o for o, theirs in self._on_layer.get((n, k), ())
+                if o != name and _distance(traits, theirs) <= NEIGHBOUR_DISTANCE]
+        values = np.full((len(near), len(lm)), np.nan)
+        for i, o in enumerate(near):
+            points = self.layers[o, n, k]
+            xs = np.array([p[0] for p in points])
+            close = np.abs(lm[:, None] - xs[None, :]).min(axis=1) <= NEIGHBOUR_M
+            values[i, close] = (self.calibration[o] if with_u else 0.0) + _fading(points, lm[close])
+        out = np.full(lm.shape, np.nan)
+        seen = ~np.isnan(values).all(axis=0)
+        if seen.any():
+            out[seen] = np.nanmedian(values[:, seen], axis=0)
+        return out
 
     def predict_m(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Predicted microseconds of ``config`` at each token count of ``m`` (an array), N, K."""
         lm = np.log(np.asarray(m, dtype=np.float64))
         base, x = _base(config, np.exp(lm), n, k, self.sms)
-        offset, _ = self._offset(config)
+        kernel, _ = self._kernel(config, n, k, lm)
         # no kernel beats MAX_EFFICIENCY of the tensor cores' peak, whatever a calibration measured
         # where memory bound it would say of its compute
         ceiling = 2.0 * np.exp(lm) * n * k / (MAX_EFFICIENCY * TENSOR_TFLOPS.get(config.precision, 67.0) * 1e6)
-        return np.maximum(base * 1e6 * np.exp(x @ self.theta + offset + self._layer(config.name, n, k, lm)), ceiling)
+        return np.maximum(base * 1e6 * np.exp(x @ self.theta + kernel + _fading(self.shapes.get((n, k)), lm)), ceiling)
 
     def memory_bound(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Whether the base is bound by memory rather than the kernel's compute at each of ``m``."""
@@ -212,52 +319,68 @@ class TimeModel:
     def predict(self, config: KernelConfig, shape: Shape) -> float:
         return float(self.predict_m(config, shape.n, shape.k, np.array([shape.m]))[0])
 
-    def basis(self, config: KernelConfig, n: int, k: int) -> str:
-        """Where a prediction for ``config`` at this N and K comes from, in words."""
+    def basis(self, config: KernelConfig, n: int, k: int, m: int = 1) -> str:
+        """Where a prediction for ``config`` at this N and K (and token count ``m``) comes from, in words."""
         points = self.layers.get((config.name, n, k))
         if points:
             ms = sorted(round(math.exp(p[0])) for p in points)
             return f"measured at this layer (M = {', '.join(map(str, ms[:6]))}{', ...' if len(ms) > 6 else ''})"
-        return self._offset(config)[1]
+        return self._kernel(config, n, k, np.array([math.log(m)]))[1]
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Prediction error (|predicted / measured - 1|) on held-out measurements."""
+    """Prediction error (|predicted / measured - 1|) on held-out measurements (see ``evaluate``);
+    ``held_out`` 0 where there were too few to hold any out (``median`` and ``p90`` are then nan)."""
 
     held_out: int
     median: float
     p90: float
     by_basis: dict[str, tuple[int, float]]  # basis -> (count, median error)
+    folds: int = FOLDS
 
     def text(self) -> str:
+        if not self.held_out:
+            return "no held-out error: too few measurements to hold any out"
         parts = ", ".join(f"{b}: {n} at {100 * e:.1f}%" for b, (n, e) in self.by_basis.items())
         return (f"median error {100 * self.median:.1f}% (90th percentile {100 * self.p90:.1f}%) on {self.held_out} "
-                f"held-out measurements ({parts})")
+                f"held-out (kernel, shape) pairs ({parts})")
 
 
-def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int, *, fraction: float = 0.2,
-             seed: int = 0) -> Evaluation:
-    """Hold out ``fraction`` of the (kernel, shape) pairs at random, fit on the rest, and measure
-    the error of the predictions at the held-out ones (each pair's median time)."""
-    pairs = sorted({(s.kernel, s.shape) for s in samples})
-    rng = random.Random(seed)
-    rng.shuffle(pairs)
-    held = set(pairs[:max(1, int(len(pairs) * fraction))])
-    model = TimeModel.fit([s for s in samples if (s.kernel, s.shape) not in held], configs, sms)
+def evaluate(samples: Sequence[Sample], configs: dict[str, KernelConfig], sms: int, *, folds: int = FOLDS,
+             seed: int = SPLIT_SEED) -> Evaluation:
+    """The model's error where it did not see the measurement: the (kernel, shape) pairs are
+    shuffled (``seed``) and dealt into ``folds`` parts; each part is held out in turn -- every
+    measurement of its pairs, so that the model never saw that kernel at that shape (it may have
+    seen the kernel at other shapes, and other kernels at that shape) -- and the model fitted on
+    the rest predicts each held-out pair, against the pair's median time. Every pair is predicted
+    once; the basis of each prediction (TimeModel.basis, the layer's token counts dropped) breaks
+    the error down. Deterministic for given samples, ``folds`` and ``seed``."""
+    pairs = sorted({(s.kernel, s.shape) for s in samples if s.kernel in configs and s.us > 0})
+    folds = min(folds, len(pairs))
+    if folds < 2:
+        return Evaluation(0, math.nan, math.nan, {}, folds)
+    random.Random(seed).shuffle(pairs)
     truth = defaultdict(list)
     for s in samples:
-        if (s.kernel, s.shape) in held:
-            truth[s.kernel, s.shape].append(s.us)
+        truth[s.kernel, s.shape].append(s.us)
     errors, by_basis = [], defaultdict(list)
-    for (kernel, shape), times in truth.items():
-        config = configs[kernel]
-        err = abs(model.predict(config, shape) / statistics.median(times) - 1.0)
-        errors.append(err)
-        basis = model.basis(config, shape.n, shape.k)
-        by_basis["measured at this layer" if basis.startswith("measured") else basis].append(err)
+    for part in range(folds):
+        held = set(pairs[part::folds])
+        try:
+            model = TimeModel.fit([s for s in samples if (s.kernel, s.shape) not in held], configs, sms)
+        except GemmgenError:  # nothing left to fit on (a handful of measurements, all of them held)
+            continue
+        for kernel, shape in sorted(held):
+            config = configs[kernel]
+            err = abs(model.predict(config, shape) / statistics.median(truth[kernel, shape]) - 1.0)
+            errors.append(err)
+            basis = model.basis(config, shape.n, shape.k, shape.m)
+            by_basis["measured at this layer" if basis.startswith("measured at this layer") else basis].append(err)
+    if not errors:
+        return Evaluation(0, math.nan, math.nan, {}, folds)
     return Evaluation(len(errors), float(np.median(errors)), float(np.quantile(errors, 0.9)),
-                      {b: (len(e), float(np.median(e))) for b, e in sorted(by_basis.items())})
+                      {b: (len(e), float(np.median(e))) for b, e in sorted(by_basis.items())}, folds)
 
 
 def stored_samples(db, precision: str, arch: Arch, variant: Variant = Variant(), family: str | None = None,
