@@ -174,11 +174,9 @@ def test_the_header_lists_the_kernels_and_each_layers_table(dispatcher_source):
     assert f"//   1-{first.m_hi} " in source and "measured there (M)" in source
     assert source.count("namespace gg_") == 2 * len(plan.kernels)  # each kernel opened and closed once
     assert source.count("#include <cuda_runtime.h>") == 1  # hoisted out of the kernels' namespaces
-    # the model's held-out error, each of the 4 measured (kernel, shape) pairs predicted by a fit without it
-    assert plan.error.held_out == 4 and plan.error.folds == 4
     words = " ".join(line[2:].strip() for line in source.splitlines() if line.startswith("//"))
-    assert f"The model's {plan.error.text()}; each stored (kernel, shape) pair predicted by a fit without it (4 folds" \
-        in words
+    assert "`gemmgen model` with this file's --precision and variant options prints the model's error on held-out" \
+        in words  # not computed here: five more fits, seconds per emit
 
 
 @pytest.mark.parametrize("variant", [Variant(), Variant("nt", "fp16", "col", "gelu", "strided")], ids=["plain", "batched"])

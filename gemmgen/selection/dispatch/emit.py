@@ -9,7 +9,6 @@ exactly as `gemmgen emit <name>` gives it.
 import hashlib
 import math
 import shlex
-import textwrap
 
 from gemmgen import __version__
 from gemmgen.codegen.header import MORE, batch_lines, bias_doc, comment, computes
@@ -35,15 +34,6 @@ def build_arch(plan: DispatchPlan) -> Arch:
     return next((c.build_arch for c in plan.kernels if c.build_arch != c.arch), plan.kernels[0].build_arch)
 
 
-def _error_lines(plan: DispatchPlan) -> list[str]:
-    """The model's held-out error (gemmgen.selection.dispatch.model.evaluate), wrapped under "choice"."""
-    if plan.error is None:
-        return []
-    text = (f"The model's {plan.error.text()}; each stored (kernel, shape) pair predicted by a fit without it "
-            f"({plan.error.folds} folds; `gemmgen model` reports it).")
-    return [MORE + line for line in textwrap.wrap(text, 100 - len(MORE))]
-
-
 def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
     """The dispatcher's header comment, as C++ comment lines (rules included): what it computes,
     how it chooses (the model, each layer's table of spans), how to build it."""
@@ -67,7 +57,8 @@ def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
         f"{MORE}measurement; between a kernel's measured token counts on a layer: those interpolated;",
         f"{MORE}elsewhere the model, with a margin against predictions), the fastest kernel taken, shared where",
         f"{MORE}within {100 * plan.share_within:g}% of the fastest.",
-        *_error_lines(plan),
+        f"{MORE}`gemmgen model` with this file's --precision and variant options prints the model's error",
+        f"{MORE}on held-out measurements (each stored kernel-shape pair predicted by a fit without it).",
         f"{MORE}M above {plan.max_m} takes the last span's kernel; an N x K not below takes the nearest",
         f"{MORE}layer's table (by |log N/n| + |log K/k|). <launcher>_choice(M, N, K) names the kernel a",
         f"{MORE}shape gets. A kernel that refuses a shape (a grid limit) hands it to the first kernel",

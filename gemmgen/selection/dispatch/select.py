@@ -34,7 +34,7 @@ from gemmgen.describe.config import KernelConfig
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
 from gemmgen.selection.best import wanted
-from gemmgen.selection.dispatch.model import Evaluation, TimeModel, evaluate, stored_samples
+from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 
 SHARE_WITHIN = 0.01  # a token count takes a kernel another uses if it is predicted within 1% of its fastest
 MAX_KERNELS = 64  # kernels in one dispatcher at most (each is compiled into the file)
@@ -83,7 +83,6 @@ class DispatchPlan:
     max_m: int = MAX_M
     samples: int = 0  # the measurements the model was fitted on
     share_within: float = SHARE_WITHIN
-    error: Evaluation | None = None  # the model's error on held-out measurements of the same samples
 
 
 def _candidates(measured_at: dict, n: int, k: int) -> tuple[list[str], str]:
@@ -193,4 +192,4 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
             start = end
         layers.append(Layer(n, k, tuple(spans), tuple(sorted(asked[n, k])), bases[n, k]))
     return DispatchPlan(precision, arch, tuple(configs[name] for name in chosen), tuple(layers), (device,), variant,
-                        sms, max_m, len(samples), share_within, evaluate(samples, configs, sms))
+                        sms, max_m, len(samples), share_within)
