@@ -101,7 +101,10 @@ VARIANTS = [("hopper", "bf16", Variant(trans, out, bias, act)) for trans in ("nn
      for bias, act in (("none", "none"), ("col", "relu"))]
 
 
-@pytest.mark.parametrize("family, precision, variant", VARIANTS,
+# every seventh variant every time (each family, layout, C type, bias and activation among them),
+# all of them with -m slow: a render and trim each, 80 of them a minute and a half
+@pytest.mark.parametrize("family, precision, variant",
+                         slow_after(12, VARIANTS[::7] + [v for i, v in enumerate(VARIANTS) if i % 7]),
                          ids=lambda x: x.text.replace(" ", "-") if isinstance(x, Variant) else x)
 def test_every_variant_gets_a_harness_of_its_own_variant(family, precision, variant):
     config = make_config(family, dict(variant.items), precision, SM90)
