@@ -30,7 +30,7 @@ Times are in microseconds per product (a batched launch's divided by its count),
 measurement taken next to cuBLAS's at the same shape counts as its ratio to that cuBLAS time
 times cuBLAS's median time there (gemmgen.selection.best pairs the rows). Only fully timed rows count: a tuner's cut rows ("timed only
 N runs": a slow candidate given up on) are left out. ``evaluate`` reports the median prediction error on held-out
-measurements (`gemmgen model` prints it; a dispatcher's header states it); ``gemmgen.selection.dispatch.select``
+measurements (`gemmgen model` prints it; a dispatcher's header points there); ``gemmgen.selection.dispatch.select``
 uses ``predict_m`` for every token count a dispatcher serves.
 """
 
