@@ -279,5 +279,6 @@ def cmd_model(args: argparse.Namespace) -> int:
     print(f"selection model of {args.precision} (variant {variant.text}) for {arch.name}: {len(samples)} measurements "
           f"of {len(configs)} kernels on {device} ({sms} SMs)")
     print(f"  {found.text()}")
-    print(f"  each of {found.folds} folds of the (kernel, shape) pairs held out in turn, predicted by a fit on the rest")
+    print(f"  each of {found.folds} folds of the (kernel, shape) pairs held out in turn, predicted by a fit on "
+          "the rest")
     return 0

@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("model", help="the selection model's median prediction error on held-out stored measurements "
-                       "of a precision and variant (the model `emit --dispatch` chooses by; gemmgen.selection.dispatch.model)")
+                       "of a precision and variant (the model `emit --dispatch` chooses by; "
+                       "gemmgen.selection.dispatch.model)")
     add_family_argument(p, "only this family's kernels (default: any)")
     add_precision_argument(p, required=True)
     p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "

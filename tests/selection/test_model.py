@@ -80,8 +80,8 @@ def test_gemmgen_model_prints_the_held_out_error(capsys, tmp_path):
     found = evaluate(*stored_samples(db, "fp16", SM90, batch_count=None)[:3])
     assert main(["model", "--precision", "fp16", "--gpu", "sm_90", "--db", url]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "selection model of fp16 (variant nn fp32 none none) for sm_90: 90 measurements of 3 kernels on H100 " \
-                     "(132 SMs)"
+    assert out[0] == ("selection model of fp16 (variant nn fp32 none none) for sm_90: 90 measurements of 3 kernels "
+                      "on H100 (132 SMs)")
     assert out[1] == f"  {found.text()}" and f"median error {100 * found.median:.1f}% " in out[1]
     assert found.median < 0.02
 

@@ -3,7 +3,6 @@ ask for the best kernel, and emit a dispatcher for the example workload that nvc
 of it from a read-only copy."""
 
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
