@@ -398,7 +398,7 @@ def sections(doc: Path) -> list[list[Block]]:
     heads, fenced = [], None
     for n, line in enumerate(doc.read_text().splitlines(), 1):
         m = FENCE.match(line)
-        if m:
+        if m:  # a fence opens a block, or closes the open one (a fence of its character)
             fenced = None if fenced and m.group(2)[0] == fenced else fenced or m.group(2)[0]
         elif not fenced and line.startswith("## "):
             heads.append(n)
