@@ -191,6 +191,19 @@ def add_batch_filter(parser: argparse.ArgumentParser, use: str) -> None:
                         "strided batch of N products per launch (implies --batch-mode strided; default: every count)")
 
 
+def add_stored_kernel_arguments(parser: argparse.ArgumentParser, batch_use: str) -> None:
+    """The options that choose stored kernels (best, model): --family (default any), --precision
+    (required), --gpu (the architecture they were built for), the variant's options, --batch N
+    (``batch_use``: what the command does with its rows) and --db."""
+    add_family_argument(parser, "only this family's kernels (default: any)")
+    add_precision_argument(parser, required=True)
+    parser.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
+                        "else sm_90)")
+    add_variant_arguments(parser)
+    add_batch_filter(parser, batch_use)
+    add_db_argument(parser)
+
+
 def add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("point", nargs="?", help="a named point (v1..v6, blog_*) or a canonical kernel name")
     add_family_argument(parser, "start from this family's default point")

@@ -10,8 +10,8 @@ import sys
 
 from gemmgen import __version__
 from gemmgen.cli.args import (Parser, add_batch_count, add_batch_filter, add_db_argument, add_family_argument,
-                              add_point_arguments, add_precision_argument, add_variant_arguments, device_list,
-                              output_file)
+                              add_point_arguments, add_precision_argument, add_stored_kernel_arguments,
+                              add_variant_arguments, device_list, output_file)
 from gemmgen.cli.kernels import cmd_best, cmd_build, cmd_emit, cmd_list, cmd_model, cmd_results
 from gemmgen.cli.measuring import cmd_bench, cmd_tune
 from gemmgen.describe.families import FAMILIES
@@ -122,26 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("best", help="the best verified stored kernel for a precision and shape: the highest median "
                        "ratio to the cuBLAS time stored next to its times (gemmgen.selection.best)")
-    add_family_argument(p, "only this family's kernels (default: any)")
-    add_precision_argument(p, required=True)
     p.add_argument("--shape", required=True, metavar="MxNxK")
-    p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
-                   "else sm_90)")
-    add_variant_arguments(p)
-    add_batch_filter(p, "rank by")
-    add_db_argument(p)
+    add_stored_kernel_arguments(p, "rank by")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("model", help="the selection model's median prediction error on held-out stored measurements "
                        "of a precision and variant (the model `emit --dispatch` chooses by; "
                        "gemmgen.selection.dispatch.model)")
-    add_family_argument(p, "only this family's kernels (default: any)")
-    add_precision_argument(p, required=True)
-    p.add_argument("--gpu", metavar="ARCH", help="kernels built for this architecture (default: the GPU present, "
-                   "else sm_90)")
-    add_variant_arguments(p)
-    add_batch_filter(p, "fit and evaluate on")
-    add_db_argument(p)
+    add_stored_kernel_arguments(p, "fit and evaluate on")
     p.set_defaults(func=cmd_model)
     add_plot_parser(sub, add_db_argument, output_file)
     return parser
