@@ -94,7 +94,7 @@ def main() -> None:
     op = load(args.dispatcher)
     variant = op.variant
     dtype = op.dtype
-    out_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[variant.out]
+    out_dtype = op.out_dtype
     if variant.bias not in ("none", "col") or variant.act != "none" or (variant.bias == "col" and out_dtype != dtype):
         sys.exit(f"{args.dispatcher}: variant {variant.text}: only no bias or a column bias into A's type "
                  f"(F.linear's), and no activation, have a torch call to compare with here")
