@@ -32,7 +32,11 @@ from gemmgen.codegen.trim.branches import trim_branches
 from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions
 from gemmgen.paths import cache_dir
 
-_CODE_HASH = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))).digest()
+
+@lru_cache(maxsize=1)
+def _code_hash() -> bytes:
+    """The trimmer's own code, part of a cached result's key (read at the first trim, not at import)."""
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))).digest()
 
 
 @lru_cache(maxsize=64)  # a tuner or a test renders a point more than once
@@ -40,7 +44,7 @@ def trim(source: str) -> str:
     """``source`` without the code the compiler would discard (see above), runs of blank lines
     made one. Read from the cache where an earlier process trimmed the same source; a cache that
     cannot be read or written costs only the time."""
-    path = cache_dir() / "trimmed" / (hashlib.sha256(_CODE_HASH + source.encode()).hexdigest()[:40] + ".cu")
+    path = cache_dir() / "trimmed" / (hashlib.sha256(_code_hash() + source.encode()).hexdigest()[:40] + ".cu")
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError):

@@ -17,7 +17,8 @@ _TOKENS = re.compile(
     r"|(?P<str>(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')"
     r"|(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*)"
     r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1) + r"|[{}()\[\];:,.?!~+\-*/%&|^=<>#])"
+    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1)
+    + "|[" + "".join(re.escape(p) for p in _PUNCT if len(p) == 1) + "])"
     r"|(?P<bad>.)",
     re.DOTALL)
 
