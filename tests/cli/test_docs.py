@@ -408,23 +408,24 @@ def sections(doc: Path) -> list[list[Block]]:
     return out
 
 
-GPU_SECTIONS = [(doc, i) for doc in DOCS for i, found in enumerate(sections(doc))
+# (document, section index, the line of its first block: the test's id)
+GPU_SECTIONS = [(doc, i, found[0].line) for doc in DOCS for i, found in enumerate(sections(doc))
                 if any(KINDS[b.info] == "gpu" for b in found)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("doc, section", GPU_SECTIONS,
-                         ids=[f"{d.relative_to(ROOT)}:{sections(d)[i][0].line}" for d, i in GPU_SECTIONS])
+@pytest.mark.parametrize("doc, section", [(d, i) for d, i, _ in GPU_SECTIONS],
+                         ids=[f"{d.relative_to(ROOT)}:{line}" for d, _, line in GPU_SECTIONS])
 def test_gpu_commands_run(doc, section, tmp_path, docs_env):
     """The blocks of one section that has ```sh gpu blocks, in order, all kinds, after the ```sh and
     ```console blocks of the sections before it: a section with GPU commands reads on its own,
     given the set-up commands before it, and the sections of a long page run in parallel (xdist)."""
-    cwd = scratch(tmp_path)
-    for before in sections(doc)[:section]:
+    cwd, parts = scratch(tmp_path), sections(doc)
+    for before in parts[:section]:
         for block in before:
             if KINDS[block.info] in ("sh", "console"):
                 run_block(block, cwd, docs_env)
-    for block in sections(doc)[section]:
+    for block in parts[section]:
         run_block(block, cwd, docs_env)
 
 
