@@ -13,7 +13,7 @@ def stored_arch(db: ResultsDB, asked: str | None) -> Arch:
     """
     if asked:
         return parse_arch(asked)
-    found = sorted({r.arch for r in db.results(status="ok")})
+    found = db.archs("ok")
     if len(found) == 1:
         return parse_arch(found[0])
     if not found:

@@ -545,6 +545,16 @@ class ResultsDB:
         with Session(self._engine) as session:
             return [_row(self.version, *r) for r in session.execute(query).all()]
 
+    def archs(self, status: str = "ok") -> list[str]:
+        """The architectures (sm_90, ...) of the kernels with a measurement of ``status``, sorted:
+        one query, where results() would read every row."""
+        if status not in STATUSES:
+            raise ResultsDBError(f"unknown status {status!r}; statuses: {', '.join(STATUSES)}")
+        query = (select(Kernel.arch).distinct().join(Measurement, Measurement.kernel_id == Kernel.id)
+                 .where(Measurement.status == status).order_by(Kernel.arch))
+        with Session(self._engine) as session:
+            return list(session.scalars(query))
+
     def results(self, *, family: str | None = None, precision: str | None = None, arch: str | None = None,
                 device: str | None = None, shape: tuple[int, int, int] | None = None,
                 status: str | Iterable[str] | None = None, tag: str | None = None,

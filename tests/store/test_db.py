@@ -290,6 +290,16 @@ def test_results_filters(study):
     assert ids(db.results(family="warp", arch="sm_90", shape=(4096, 4096, 4096), status="ok")) == [m["v4_big"]]
 
 
+def test_archs_are_those_of_kernels_with_a_measurement_of_the_status(study):
+    db, _ = study
+    db.kernel(**{**V4, "arch": "sm_80"})  # a kernel never measured
+    assert db.archs() == ["sm_89", "sm_90"] == sorted({r.arch for r in db.results(status="ok")})
+    assert db.archs("compile_error") == ["sm_90"]
+    assert db.archs("infeasible") == []
+    with pytest.raises(GemmgenError, match="unknown status 'passed'"):
+        db.archs("passed")
+
+
 def test_device_filter_treats_wildcards_literally(study):
     db, _ = study
     assert db.results(device="%") == []
