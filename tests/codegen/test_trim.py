@@ -1,13 +1,14 @@
 """Trimming (gemmgen.codegen.trim): a decided `if constexpr` keeps its live branch, one it cannot
-decide stays whole, a definition nothing names goes and one that is named stays; and (nvcc) a
-trimmed file compiles to the same cubin as the untrimmed one."""
+decide stays whole, a definition nothing names goes and one that is named stays; the tokens of an
+edited text are those a fresh scan finds; and (nvcc) a trimmed file compiles to the same cubin as
+the untrimmed one."""
 
 import pytest
 from conftest import build_once
 
 from gemmgen.build.nvcc import build_library
 from gemmgen.codegen.render import render_kernel
-from gemmgen.codegen.trim import trim
+from gemmgen.codegen.trim import _trim, branches, cxx, trim, unused
 from gemmgen.describe.points import resolve_point
 
 BRANCHES = """\
@@ -182,6 +183,49 @@ extern "C" __global__ void k(int* out)
     trimmed = trim(source)
     assert "constexpr int A = 1,\n                  C = 3;" in trimmed
     assert "persistent" not in trimmed and "static constexpr int split = 2;  // named as gg_launch::split" in trimmed
+
+
+SPLICED = """\
+int a; /* a comment
+across lines */ int b;
+  #define Q(x) \\
+      (x + 1)
+int c; int d;
+// last"""
+
+
+@pytest.mark.parametrize("edits", [
+    [(SPLICED.index("int b;"), SPLICED.index("int b;") + 6, "")],  # on the line a comment ends on
+    [(SPLICED.index("int a;"), SPLICED.index("int a;") + 6, "long a;")],  # on the line a comment starts on
+    [(SPLICED.index("  #define"), SPLICED.index("int c;"), "")],  # a directive and its continuation
+    [(SPLICED.index("int c;"), SPLICED.index("int c;") + 6, ""),  # two on one line
+     (SPLICED.index("int d;"), SPLICED.index("int d;") + 6, "int e;")],
+    [(SPLICED.index("int d;"), len(SPLICED), "#define R 2\n")],  # a directive made, the end of the file
+    [(0, len(SPLICED), "")],
+])
+def test_the_tokens_of_a_spliced_text_are_a_fresh_scans(edits):
+    new = cxx.splice(SPLICED, edits)
+    expected = SPLICED
+    for a, b, text in sorted(edits, reverse=True):
+        expected = expected[:a] + text + expected[b:]
+    assert new == expected
+    assert cxx.tokenize(new) == tuple(cxx._scan(new, 0, len(new)))
+
+
+@pytest.mark.parametrize("point, arch", [("v4", "sm_90"), ("mma_fp16", "sm_90"), ("hopper_fp16", "sm_90a")])
+def test_every_splice_of_a_trim_leaves_the_tokens_of_a_fresh_scan(point, arch, monkeypatch):
+    made = []
+
+    def checked(source, edits):
+        new = cxx.splice(source, edits)
+        assert cxx.tokenize(new) == tuple(cxx._scan(new, 0, len(new)))
+        made.append(new)
+        return new
+
+    monkeypatch.setattr(branches, "splice", checked)
+    monkeypatch.setattr(unused, "splice", checked)
+    _trim(render_kernel(resolve_point(point, arch), untrimmed=True))
+    assert len({len(m) for m in made}) >= 3  # branches, definitions and constants were cut
 
 
 @pytest.mark.nvcc

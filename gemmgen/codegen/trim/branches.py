@@ -25,6 +25,7 @@ from gemmgen.codegen.trim.cxx import (
     line_start,
     match,
     rest_is_comment,
+    splice,
     statement_end,
     tokenize,
 )
@@ -49,8 +50,7 @@ def trim_branches(source: str) -> str:
                 taken_until = edit[1]
         if not edits:
             return source
-        for a, b, text in reversed(edits):
-            source = source[:a] + text + source[b:]
+        source = splice(source, edits)
 
 
 def _parts(code, decided: Decided) -> tuple[int, tuple[int, int] | None, int]:

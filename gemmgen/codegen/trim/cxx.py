@@ -2,6 +2,7 @@
 nesting of braces, and lines. What does not read as expected raises Unreadable, and the caller
 leaves that code as it is."""
 
+import bisect
 import re
 from functools import lru_cache
 from typing import NamedTuple
@@ -43,13 +44,16 @@ class Token(NamedTuple):
 
 _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
 
+# The tokens of the texts read last, newest last: tokenize's cache, which splice fills with the
+# tokens of the text it makes, so that a pass reads its predecessor's output without scanning it.
+_KNOWN: dict[str, tuple[Token, ...]] = {}
+_KNOWN_MAX = 8
 
-@lru_cache(maxsize=8)
-def tokenize(text: str) -> tuple[Token, ...]:
-    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token.
-    Raises ValueError at a character no token starts with."""
+
+def _scan(text: str, pos: int, endpos: int) -> list[Token]:
+    """The tokens of text[pos:endpos], pos a line's start, offsets in text."""
     out = []
-    for m in _TOKENS.finditer(text):
+    for m in _TOKENS.finditer(text, pos, endpos):
         kind = m.lastgroup
         if kind == "ws":
             continue
@@ -57,7 +61,73 @@ def tokenize(text: str) -> tuple[Token, ...]:
             raise ValueError(f"cannot tokenize at {text[m.start():m.start() + 20]!r}")
         a, b = m.span("directive" if kind == "pp" else 0)
         out.append(_new_token(Token, (kind, text[a:b], a, b)))
-    return tuple(out)
+    return out
+
+
+def _remember(text: str, tokens: tuple[Token, ...]) -> tuple[Token, ...]:
+    _KNOWN.pop(text, None)
+    _KNOWN[text] = tokens
+    while len(_KNOWN) > _KNOWN_MAX:
+        del _KNOWN[next(iter(_KNOWN))]
+    return tokens
+
+
+def tokenize(text: str) -> tuple[Token, ...]:
+    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token.
+    Raises ValueError at a character no token starts with."""
+    found = _KNOWN.get(text)
+    return found if found is not None else _remember(text, tuple(_scan(text, 0, len(text))))
+
+
+def splice(source: str, edits) -> str:
+    """``source`` with each (a, b, text) of ``edits`` applied: source[a:b] replaced by text. The
+    edits do not overlap. The result's tokens are source's outside the lines the edits touch
+    (moved by what the edits before them added or removed) and those lines' tokens scanned
+    again; tokenize then finds them. A token of source that crosses such a line's edge widens
+    the lines scanned, so the tokens are those tokenize would find."""
+    edits = sorted(edits)
+    if not edits:
+        return source
+    old = tokenize(source)
+    pieces, pos = [], 0
+    for a, b, text in edits:
+        pieces += [source[pos:a], text]
+        pos = b
+    pieces.append(source[pos:])
+    new = "".join(pieces)
+    ends = [t.end for t in old]
+    regions = []  # [first line's start, last line's end + 1) of source, the size change of its edits
+    for a, b, text in edits:
+        ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
+        while True:  # widen to whole tokens
+            i = bisect.bisect_right(ends, ra)  # the first token ending after ra
+            if i < len(old) and old[i].start < ra:
+                ra = line_start(source, old[i].start)
+                continue
+            j = bisect.bisect_left(ends, rb)  # the first token ending at or after rb
+            if j < len(old) and old[j].start < rb < old[j].end:
+                rb = min(len(source), line_end(source, old[j].end) + 1)
+                continue
+            break
+        change = len(text) - (b - a)
+        while regions and ra <= regions[-1][1]:  # it meets the lines of the edits before it
+            pa, pb, pc = regions.pop()
+            ra, rb, change = min(ra, pa), max(rb, pb), change + pc
+        regions.append((ra, rb, change))
+    out, shift, k = [], 0, 0  # k: the next token of old to place
+    for ra, rb, change in regions:
+        while k < len(old) and old[k].start < ra:
+            t = old[k]
+            out.append(t if not shift else _new_token(Token, (t.kind, t.text, t.start + shift, t.end + shift)))
+            k += 1
+        out += _scan(new, ra + shift, rb + shift + change)
+        while k < len(old) and old[k].start < rb:
+            k += 1
+        shift += change
+    out += old[k:] if not shift else [_new_token(Token, (t.kind, t.text, t.start + shift, t.end + shift))
+                                      for t in old[k:]]
+    _remember(new, tuple(out))
+    return new
 
 
 @lru_cache(maxsize=8)

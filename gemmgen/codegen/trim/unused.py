@@ -30,6 +30,7 @@ from gemmgen.codegen.trim.cxx import (
     names_in,
     rest_is_comment,
     skip_angles,
+    splice,
 )
 
 _ATTRIBUTE_CALLS = {"__align__", "__launch_bounds__", "__cluster_dims__", "alignas", "__attribute__", "__declspec"}
@@ -257,7 +258,13 @@ def _cut(source: str, code, items: list[_Item]) -> str:
         decls = [n for n in run if items[n].kind in ("decl", "pp")]
         if decls and all(span[n][0] in dead_lines for n in decls):
             dead_lines.update(range(top, line))
-    return "\n".join(text for n, text in enumerate(lines) if n not in dead_lines)
+    edits = []  # each run of dead lines with the newline after it (before it, where it ends the file)
+    for line in sorted(dead_lines):
+        start = edits.pop()[0] if edits and edits[-1][1] == starts[line] else starts[line]
+        edits.append((start, starts[line + 1] if line + 1 < len(lines) else len(source), ""))
+    if edits and edits[-1][1] == len(source) and edits[-1][0] > 0 and len(lines) - 1 in dead_lines:
+        edits[-1] = (edits[-1][0] - 1, len(source), "")
+    return splice(source, edits)
 
 
 def drop_unused_constants(source: str) -> str:
@@ -301,9 +308,7 @@ def drop_unused_constants(source: str) -> str:
                 before = found[found.index(d) - 1]
                 text += source[code[before[1]].end:code[d[0]].start] + source[code[d[0]].start:code[d[1]].end]
             edits.append((code[found[0][0]].start, code[found[-1][1]].end, text))
-    for a, b, text in sorted(edits, reverse=True):
-        source = source[:a] + text + source[b:]
-    return source
+    return splice(source, edits)
 
 
 def _member_named(code, brace: int, struct: str, n: int) -> bool:
