@@ -81,8 +81,9 @@ READERS = [
     (["results", "--precision", "fp16", "--shape", "4096", "--limit", "3"], "hopper_"),
     (["best", "--precision", "bf16", "--shape", "128x4096x14336", "--gpu", "sm_90"], "% of cuBLAS (median)"),
     (["emit", "best", "--precision", "fp16", "--shape", "4096", "--gpu", "sm_90"], "extern \"C\" __global__"),
-    (["emit", "--dispatch", "--workload", str(WORKLOAD), "--precision", "bf16", "--gpu", "sm_90"],
-     "// kernels    :"),
+    # a dispatcher of 64 kernels: half a minute of rendering, so with the slow tests
+    pytest.param(["emit", "--dispatch", "--workload", str(WORKLOAD), "--precision", "bf16", "--gpu", "sm_90"],
+                 "// kernels    :", marks=pytest.mark.slow),
 ]
 
 
