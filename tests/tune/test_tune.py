@@ -68,11 +68,11 @@ def test_infeasible_points_are_drawn_and_dropped_never_stored(url):
     before Optuna makes trials of them; they are counted, not stored, never compiled."""
     db = ResultsDB(url)
     bench = FakeBench(db)
-    report = make_tuner(url, bench, seed=3).run(30)
+    report = make_tuner(url, bench, seed=3).run(10)
     trials = optuna.load_study(study_name="s", storage=url).trials
-    assert report.infeasible > 30  # counted
+    assert report.infeasible > 10, report.infeasible  # counted
     assert not [t for t in trials if t.state.name == "PRUNED"] and not db.results(status="infeasible")
-    assert len(trials) == report.trials == 30
+    assert len(trials) == report.trials == 10
     for name in bench.measured:  # every point measured is feasible
         assert make_config("warp", point_spec(name)[2], "fp32", SM90).name == name
 
