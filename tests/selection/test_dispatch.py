@@ -174,6 +174,8 @@ def test_the_header_lists_the_kernels_and_each_layers_table(dispatcher_source):
     assert f"//   1-{first.m_hi} " in source and "measured there (M)" in source
     assert source.count("namespace gg_") == 2 * len(plan.kernels)  # each kernel opened and closed once
     assert source.count("#include <cuda_runtime.h>") == 1  # hoisted out of the kernels' namespaces
+    lock = "#if defined(_WIN32)\n#include <mutex>\n#else\n#include <pthread.h>\n#endif\n"  # a group, hoisted whole
+    assert source.count(lock) == 1 and source.index(lock) < source.index("namespace gg_")
     words = " ".join(line[2:].strip() for line in source.splitlines() if line.startswith("//"))
     assert "`gemmgen model` with this file's --precision and variant options prints the model's error on held-out" \
         in words  # not computed here: five more fits, seconds per emit

@@ -19,10 +19,33 @@ from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.selection.dispatch.select import DispatchPlan
 
 def _split_includes(source: str) -> tuple[list[str], str]:
-    includes, rest = [], []
-    for line in source.splitlines():
-        (includes if line.startswith("#include ") else rest).append(line)
+    """(source's includes, the rest of it): its ``#include`` lines and its ``#if`` ... ``#endif``
+    groups of directives that include a header (each group one string), which the dispatcher puts
+    once at its top, outside the namespaces its kernels go in."""
+    includes, rest, lines, i = [], [], source.splitlines(), 0
+    while i < len(lines):
+        group = _directive_group(lines, i)
+        if group and any(line.startswith("#include ") for line in group):
+            includes.append("\n".join(group))
+            i += len(group)
+            continue
+        (includes if lines[i].startswith("#include ") else rest).append(lines[i])
+        i += 1
     return includes, "\n".join(rest)
+
+
+def _directive_group(lines: list[str], i: int) -> list[str] | None:
+    """lines[i] (an ``#if``) to its ``#endif``, where all of them are directives; else None."""
+    if not lines[i].startswith("#if"):
+        return None
+    depth = 0
+    for end in range(i, len(lines)):
+        if not lines[end].startswith("#"):
+            return None
+        depth += lines[end].startswith("#if") - lines[end].startswith("#endif")
+        if depth == 0:
+            return lines[i:end + 1]
+    return None
 
 
 def _counts(ms: tuple[int, ...]) -> str:
