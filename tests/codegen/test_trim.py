@@ -3,6 +3,9 @@ decide stays whole, a definition nothing names goes and one that is named stays;
 edited text are those a fresh scan finds; and (nvcc) a trimmed file compiles to the same cubin as
 the untrimmed one."""
 
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from conftest import build_once
 
@@ -226,6 +229,27 @@ def test_every_splice_of_a_trim_leaves_the_tokens_of_a_fresh_scan(point, arch, m
     monkeypatch.setattr(unused, "splice", checked)
     _trim(render_kernel(resolve_point(point, arch), untrimmed=True))
     assert len({len(m) for m in made}) >= 3  # branches, definitions and constants were cut
+
+
+def test_threads_splicing_at_once_each_get_their_own_tokens():
+    """Tuners and tests trim in several threads at once (the compile pools), and the tokens kept
+    between passes are shared: a thread switch while one thread keeps its tokens must not break
+    another's, nor give it the wrong ones."""
+    def work(thread: int) -> bool:
+        for i in range(2000):
+            source = f"int a{thread}_{i};\nint b;\n"
+            new = cxx.splice(source, [(source.index("int b;"), len(source), "long b;\n")])
+            if cxx.tokenize(new) != tuple(cxx._scan(new, 0, len(new))):
+                return False
+        return True
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(work, range(8)))
+    finally:
+        sys.setswitchinterval(old)
 
 
 @pytest.mark.nvcc

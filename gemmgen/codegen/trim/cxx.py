@@ -4,6 +4,7 @@ leaves that code as it is."""
 
 import bisect
 import re
+import threading
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -48,6 +49,7 @@ _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new
 # tokens of the text it makes, so that a pass reads its predecessor's output without scanning it.
 _KNOWN: dict[str, tuple[Token, ...]] = {}
 _KNOWN_MAX = 8
+_KNOWN_LOCK = threading.Lock()  # tuners and tests trim in several threads at once
 
 
 def _scan(text: str, pos: int, endpos: int) -> list[Token]:
@@ -65,17 +67,19 @@ def _scan(text: str, pos: int, endpos: int) -> list[Token]:
 
 
 def _remember(text: str, tokens: tuple[Token, ...]) -> tuple[Token, ...]:
-    _KNOWN.pop(text, None)
-    _KNOWN[text] = tokens
-    while len(_KNOWN) > _KNOWN_MAX:
-        del _KNOWN[next(iter(_KNOWN))]
+    with _KNOWN_LOCK:
+        _KNOWN.pop(text, None)
+        _KNOWN[text] = tokens
+        while len(_KNOWN) > _KNOWN_MAX:
+            del _KNOWN[next(iter(_KNOWN))]
     return tokens
 
 
 def tokenize(text: str) -> tuple[Token, ...]:
     """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token.
     Raises ValueError at a character no token starts with."""
-    found = _KNOWN.get(text)
+    with _KNOWN_LOCK:
+        found = _KNOWN.get(text)
     return found if found is not None else _remember(text, tuple(_scan(text, 0, len(text))))
 
 
