@@ -262,7 +262,7 @@ def _cut(source: str, code, items: list[_Item]) -> str:
     for line in sorted(dead_lines):
         start = edits.pop()[0] if edits and edits[-1][1] == starts[line] else starts[line]
         edits.append((start, starts[line + 1] if line + 1 < len(lines) else len(source), ""))
-    if edits and edits[-1][1] == len(source) and edits[-1][0] > 0 and len(lines) - 1 in dead_lines:
+    if len(lines) - 1 in dead_lines and edits[-1][0] > 0:  # the last run ends the file
         edits[-1] = (edits[-1][0] - 1, len(source), "")
     return splice(source, edits)
 
