@@ -86,6 +86,7 @@ def parse_name(name: str) -> tuple[Family, str, dict[str, str], Variant] | None:
 _NAME_VARIANT = re.compile(f"_(?:{'|'.join(PRECISIONS)}){VARIANT_PATTERN}$")
 
 
+@lru_cache(maxsize=4096)  # a database's rows name a few thousand kernels, each many times
 def variant_of(name: str) -> Variant:
     """The variant a stored kernel's name (a canonical name, or cuBLAS's ``cublas_<precision>...``)
     says it computes: the part after its precision; the default where there is none."""
