@@ -1,6 +1,7 @@
 """Many tuners on one study, without a GPU: tuner processes (tune_worker.py, the fake GPU step) on
 a fresh SQLite file and on a fresh database of a real PostgreSQL server started by the test
-session. Once in every run, and twenty times over in the slow run (the soak, `pytest -m slow`):
+session. On SQLite once in every run; on both twenty times over in the slow run (the soak,
+`pytest -m slow`), which also runs the tests below on PostgreSQL:
 no process crashes, every trial ends told (none left running or waiting), the trials add up to
 what the tuners report, and no point is measured twice. Then a tuner killed with SIGKILL in the
 middle of a measurement: its trial goes stale, another tuner fails it, Optuna enqueues it again,
@@ -24,9 +25,10 @@ WORKER = Path(__file__).with_name("tune_worker.py")
 SOAK = 20  # repetitions of the slow run: the races are rare
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def fresh_url(request, tmp_path):
-    """A function giving the URL of a fresh, empty database of the parameter's kind."""
+    """A function giving the URL of a fresh, empty database of the parameter's kind (PostgreSQL's
+    in the slow run: each of these tests starts tuner processes for 10-12 s)."""
     if request.param == "sqlite":
         counter = iter(range(10**6))
         return lambda: f"sqlite:///{tmp_path / f'study{next(counter)}.db'}"
