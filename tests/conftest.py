@@ -1,6 +1,8 @@
 """Test markers: `gpu` tests skip where there is no NVIDIA GPU, `nvcc` tests where nvcc is absent.
 This is the one place that decides; tests only mark themselves.
 
+The order the modules run in (longest first, for pytest-xdist's workers): LONGEST_FIRST.
+
 Shared fixtures: `build_cache` (the session's build cache, used by every test and every xdist
 worker: each kernel is compiled once per session) and `bench` (a Bench on GPU 0 with its own
 database per module; a module may set BENCH_SEED and BENCH_TAG). How many xdist workers `-n auto`
@@ -48,7 +50,24 @@ def gpu_missing() -> str | None:
     return nvcc_missing()
 
 
+# The modules that take longest (20 s or more of one worker on a 2-core machine, 2026-11-28), in
+# that order: they are handed out first (`--no-loadscope-reorder` in pyproject's addopts keeps this
+# order; xdist's own puts the modules with the most tests first), so that no worker is left running
+# a long one while the other has finished. Only the time depends on it.
+LONGEST_FIRST = ["cli/test_docs.py", "tune/test_tune.py", "plot/test_plot.py", "tune/test_tune_node.py",
+                 "codegen/test_hopper.py", "codegen/test_batched_hopper.py", "build/test_build.py",
+                 "codegen/test_epilogue.py", "codegen/test_harness.py", "tune/test_workload.py",
+                 "tune/test_tune_concurrency.py", "codegen/test_trim.py", "selection/test_dispatch.py",
+                 "store/test_shipped_results.py"]
+
+
+def _module_rank(item) -> int:
+    path = Path(str(item.path)).as_posix()
+    return next((n for n, name in enumerate(LONGEST_FIRST) if path.endswith("tests/" + name)), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_module_rank)  # stable: a module's tests, and the other modules, keep their order
     for item in items:
         if "gpu" in item.keywords and gpu_missing():
             item.add_marker(pytest.mark.skip(reason=gpu_missing()))
