@@ -5,19 +5,30 @@ nt/bf16/col/gelu, each next to its variant's cuBLAS. Import with ``from stored i
 (tests/ is on sys.path through tests/conftest.py)."""
 
 import time
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import update
 
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.store.db import ResultsDB
+from gemmgen.store.db import Measurement, ResultsDB
 
 
 def store(db, name, family, precision, shape, tflops, status="ok", batch_count=1):
     """One fake measurement of ``name`` on an H100 (sm_90) at ``shape``; ``batch_count`` products
-    per launch (a batched kernel's or cuBLAS's rows)."""
+    per launch (a batched kernel's or cuBLAS's rows). Returns the measurement's id."""
     device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
                        driver_version="580", cuda_version="13.0")
     kernel = db.kernel(name=name, family=family, precision=precision, arch="sm_90", params={})
-    db.record(kernel_id=kernel, device_id=device, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
-              status=status, tflops=tflops, median_ms=1.0, batch_count=batch_count)
+    return db.record(kernel_id=kernel, device_id=device, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
+                     status=status, tflops=tflops, median_ms=1.0, batch_count=batch_count)
+
+
+def dated(db, measurement_id: int, second: float) -> None:
+    """Sets a measurement's time to ``second`` seconds past a fixed moment, for tests of what pairs
+    measurements by time (sleeping between records fails where a record takes longer than the sleep)."""
+    moment = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=second)
+    with db._engine.begin() as connection:
+        connection.execute(update(Measurement).where(Measurement.id == measurement_id).values(created_at=moment))
 
 
 CUBE, SKINNY = Shape(4096, 4096, 4096), Shape(16, 4096, 4096)

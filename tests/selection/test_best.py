@@ -1,9 +1,7 @@
 """gemmgen.best, the one policy for "which stored kernel is best", without a GPU."""
 
-import time
-
 import pytest
-from stored import store
+from stored import dated, store
 from test_suite import SM90, db  # noqa: F401 (db is a fixture)
 
 from gemmgen.describe.problem import Shape
@@ -16,13 +14,11 @@ def test_measurements_are_judged_against_the_cublas_run_nearest_in_time(db):
     by more in a slower moment: the median ratio to the nearest cuBLAS measurement decides."""
     shape = Shape(4096, 4096, 4096)
     lucky, steady = "hopper_128x256_c2_s4_g8_x2_fp16", "hopper_128x256_c2_s4_g8_ov_fp16"
-    store(db, "cublas_fp16", "cublas", "fp16", shape, 740.0)
-    store(db, lucky, "hopper", "fp16", shape, 720.0)  # 97% of the cuBLAS run next to it
-    time.sleep(0.2)
-    for cublas, tflops in ((680.0, 690.0), (700.0, 705.0), (690.0, 690.5)):  # 101.5%, 100.7%, 100.1%
-        store(db, "cublas_fp16", "cublas", "fp16", shape, cublas)
-        store(db, steady, "hopper", "fp16", shape, tflops)
-        time.sleep(0.2)
+    dated(db, store(db, "cublas_fp16", "cublas", "fp16", shape, 740.0), 0.0)
+    dated(db, store(db, lucky, "hopper", "fp16", shape, 720.0), 0.01)  # 97% of the cuBLAS run next to it
+    for n, (cublas, tflops) in enumerate(((680.0, 690.0), (700.0, 705.0), (690.0, 690.5)), 1):  # 101.5%, 100.7%, 100.1%
+        dated(db, store(db, "cublas_fp16", "cublas", "fp16", shape, cublas), 0.2 * n)
+        dated(db, store(db, steady, "hopper", "fp16", shape, tflops), 0.2 * n + 0.01)
     raw = max(db.results(precision="fp16", shape=(4096, 4096, 4096), status="ok"), key=lambda r: r.tflops)
     assert raw.kernel == "cublas_fp16"  # by raw TFLOP/s cuBLAS's fast moment, then lucky, would lead
     assert max((r for r in db.results(precision="fp16", status="ok") if r.family != "cublas"),
