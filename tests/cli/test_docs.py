@@ -4,8 +4,8 @@ The documents are README.md, every docs/*.md (files added later included: the fo
 and results/README.md. docs/README.md states the convention for their fenced blocks:
 
 - ```sh       commands that need no GPU. Run by test_commands_run, in CI.
-- ```sh slow  commands that need no GPU but a minute or more of CPU (a dispatcher of dozens of
-              kernels: its emit, its nvcc). Run in the document's order with its ```sh and
+- ```sh slow  commands that need no GPU but more CPU than the README's test run should spend on
+              one (a dispatcher of dozens of kernels: its emit, its nvcc; a Hopper harness's nvcc). Run in the document's order with its ```sh and
               ```console blocks by test_slow_commands_run (marked slow: `pytest -m slow`, which CI runs too); their
               gemmgen arguments are parsed in every run.
 - ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, in the
