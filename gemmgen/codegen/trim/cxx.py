@@ -11,18 +11,21 @@ from typing import NamedTuple
 _PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
                  "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", "{", "}", "(", ")", "[", "]", ";", ":", ",",
                  ".", "?", "!", "~", "+", "-", "*", "/", "%", "&", "|", "^", "=", "<", ">", "#"], key=len, reverse=True)
-_TOKENS = re.compile(
-    # a directive is a whole line from a `#` that starts it (after indentation)
-    r"(?P<pp>(?:^|(?<=\n))[ \t]*(?P<directive>#(?:\\\n|[^\n])*))"
-    r"|(?P<ws>[ \t\r\f\v]*\n|[ \t\r\f\v]+)"  # a newline ends whitespace: the next line may be a directive
-    r"|(?P<comment>//[^\n]*|/\*.*?\*/)"
-    r"|(?P<str>(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')"
-    r"|(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*)"
-    r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1)
-    + "|[" + "".join(re.escape(p) for p in _PUNCT if len(p) == 1) + "])"
-    r"|(?P<bad>.)",
+_TOKEN = re.compile(  # whitespace, then a token (none at the end); group 1 is the token
+    r"[ \t\r\f\v\n]*("
+    r"//[^\n]*|/\*.*?\*/"  # a comment
+    r"|(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"  # a string or character literal
+    r"|\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*"  # a number
+    r"|[A-Za-z_][A-Za-z0-9_]*"
+    r"|#(?:\\\n|[^\n])*"  # a directive: to its line's end, continuations included (if `#` starts its line)
+    r"|" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1)
+    + "|[" + "".join(re.escape(p) for p in _PUNCT if len(p) == 1) + "]"
+    r"|.)?",  # a character no token starts with
     re.DOTALL)
+# The kind of a token by its first character; None: it takes a second look (_scan)
+_KIND_OF_FIRST = {**{c: "id" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"},
+                  **{c: "num" for c in "0123456789"}, **{p: "punct" for p in _PUNCT if len(p) == 1},
+                  **{c: None for c in "uUL\"'/.#"}}
 
 # Bytes of the fundamental types the templates name (CUDA's, on every target)
 SIZEOF = {"char": 1, "bool": 1, "short": 2, "int": 4, "unsigned": 4, "float": 4, "double": 8, "__half": 2,
@@ -55,15 +58,36 @@ _KNOWN_LOCK = threading.Lock()  # tuners and tests trim in several threads at on
 def _scan(text: str, pos: int, endpos: int) -> list[Token]:
     """The tokens of text[pos:endpos], pos a line's start, offsets in text."""
     out = []
-    for m in _TOKENS.finditer(text, pos, endpos):
-        kind = m.lastgroup
-        if kind == "ws":
-            continue
-        if kind == "bad":
-            raise ValueError(f"cannot tokenize at {text[m.start():m.start() + 20]!r}")
-        a, b = m.span("directive" if kind == "pp" else 0)
-        out.append(_new_token(Token, (kind, text[a:b], a, b)))
-    return out
+    append = out.append
+    while True:
+        for m in _TOKEN.finditer(text, pos, endpos):
+            a, b = m.span(1)
+            if a < 0:
+                continue  # whitespace that ends the text
+            token = text[a:b]
+            first = token[0]
+            kind = _KIND_OF_FIRST.get(first, "bad")
+            if kind is None:  # the regex took the first alternative that matches: which was it?
+                if first in "uUL":
+                    kind = "str" if token[-1] == '"' else "id"
+                elif first in "\"'":
+                    kind = "str" if len(token) > 1 else "bad"
+                elif first == "/":
+                    kind = "comment" if token[1:2] in ("/", "*") else "punct"
+                elif first == ".":
+                    kind = "num" if len(token) > 1 and token[1] != "." else "punct"
+                elif text[text.rfind("\n", 0, a) + 1:a].strip(" \t"):  # `#` not starting its line
+                    b = a + 1 + (token[1:2] == "#")
+                    append(_new_token(Token, ("punct", text[a:b], a, b)))
+                    pos = b
+                    break  # and read on after it
+                else:
+                    kind = "pp"
+            if kind == "bad":
+                raise ValueError(f"cannot tokenize at {text[a:a + 20]!r}")
+            append(_new_token(Token, (kind, token, a, b)))
+        else:
+            return out
 
 
 def _remember(text: str, tokens: tuple[Token, ...]) -> tuple[Token, ...]:
