@@ -3,6 +3,7 @@ nesting of braces, and lines. What does not read as expected raises Unreadable, 
 leaves that code as it is."""
 
 import bisect
+import operator
 import re
 import threading
 from functools import lru_cache
@@ -47,6 +48,7 @@ class Token(NamedTuple):
 
 
 _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
+_END = operator.itemgetter(3)  # a token's end, as a sort key
 
 # The tokens of the texts read last, newest last: tokenize's cache, which splice fills with the
 # tokens of the text it makes, so that a pass reads its predecessor's output without scanning it.
@@ -90,6 +92,13 @@ def _scan(text: str, pos: int, endpos: int) -> list[Token]:
             return out
 
 
+def _shifted(tokens, shift: int):
+    """``tokens`` moved by ``shift`` characters."""
+    if not shift:
+        return tokens
+    return [_new_token(Token, (kind, text, start + shift, end + shift)) for kind, text, start, end in tokens]
+
+
 def _remember(text: str, tokens: tuple[Token, ...]) -> tuple[Token, ...]:
     with _KNOWN_LOCK:
         _KNOWN.pop(text, None)
@@ -123,16 +132,15 @@ def splice(source: str, edits) -> str:
         pos = b
     pieces.append(source[pos:])
     new = "".join(pieces)
-    ends = [t.end for t in old]
     regions = []  # [first line's start, last line's end + 1) of source, the size change of its edits
     for a, b, text in edits:
         ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
         while True:  # widen to whole tokens
-            i = bisect.bisect_right(ends, ra)  # the first token ending after ra
+            i = bisect.bisect_right(old, ra, key=_END)  # the first token ending after ra
             if i < len(old) and old[i].start < ra:
                 ra = line_start(source, old[i].start)
                 continue
-            j = bisect.bisect_left(ends, rb)  # the first token ending at or after rb
+            j = bisect.bisect_left(old, rb, key=_END)  # the first token ending at or after rb
             if j < len(old) and old[j].start < rb < old[j].end:
                 rb = min(len(source), line_end(source, old[j].end) + 1)
                 continue
@@ -142,18 +150,15 @@ def splice(source: str, edits) -> str:
             pa, pb, pc = regions.pop()
             ra, rb, change = min(ra, pa), max(rb, pb), change + pc
         regions.append((ra, rb, change))
+    # No token crosses a region's edge: those ending by ra lie before it, the others from rb on after it
     out, shift, k = [], 0, 0  # k: the next token of old to place
     for ra, rb, change in regions:
-        while k < len(old) and old[k].start < ra:
-            t = old[k]
-            out.append(t if not shift else _new_token(Token, (t.kind, t.text, t.start + shift, t.end + shift)))
-            k += 1
+        before = bisect.bisect_right(old, ra, key=_END)
+        out += _shifted(old[k:before], shift)
         out += _scan(new, ra + shift, rb + shift + change)
-        while k < len(old) and old[k].start < rb:
-            k += 1
+        k = bisect.bisect_right(old, rb, key=_END)
         shift += change
-    out += old[k:] if not shift else [_new_token(Token, (t.kind, t.text, t.start + shift, t.end + shift))
-                                      for t in old[k:]]
+    out += _shifted(old[k:], shift)
     _remember(new, tuple(out))
     return new
 
