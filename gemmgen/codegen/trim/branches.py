@@ -10,10 +10,14 @@ starting its line, say) is left as it is, and so is one inside a lambda whose ca
 removal would change (would_change_captures).
 """
 
+import bisect
+
 from gemmgen.codegen.trim.constants import Decided, decided_conditions
 from gemmgen.codegen.trim.cxx import (
+    END,
     INT_TYPES,
     SIZEOF,
+    START,
     Shape,
     Unreadable,
     code_of,
@@ -36,11 +40,12 @@ def trim_branches(source: str) -> str:
     fixpoint (outer statements first, then what their branches hold)."""
     while True:
         tokens, code = tokenize(source), code_of(source)
-        shape = Shape(code)
+        shape = None
         edits, taken_until = [], -1
         for decided in decided_conditions(code):
             if code[decided.index].start < taken_until:
                 continue  # inside one edited already: the next pass
+            shape = shape or Shape(code)
             try:
                 edit = None if would_change_captures(shape, decided) else _edit(source, tokens, shape, decided)
             except Unreadable:
@@ -159,7 +164,9 @@ def _ends_block_unclashing(shape: Shape, i: int, last: int, b0: int, b1: int) ->
 
 
 def _comments_between(tokens, a: int, b: int) -> list:
-    return [t for t in tokens if t.kind == "comment" and a <= t.start and t.end <= b]
+    """The comments of tokens (a file's, in order) that lie within [a, b)."""
+    first, last = bisect.bisect_left(tokens, a, key=START), bisect.bisect_right(tokens, b, key=END)
+    return [t for t in tokens[first:last] if t.kind == "comment"]
 
 
 def _edit(source: str, tokens, shape: Shape, decided: Decided) -> tuple[int, int, str] | None:
@@ -238,5 +245,6 @@ def _else_edit(source: str, tokens, code, i: int, live, heads_from, s_end: int) 
         by = max(0, indent_at(source, code[b1].start) - e_ind)
         return else_tok.end, s_end, " " + "\n".join(block[:1] + dedent(block[1:], by))
     by = max(0, code[b0].start - line_start(source, code[b0].start) - (e_ind + 4))
-    text = "".join(" " + c.text for c in heads) + "\n" + " " * (e_ind + 4) + "\n".join(block[:1] + dedent(block[1:], by))
+    text = ("".join(" " + c.text for c in heads) + "\n" + " " * (e_ind + 4)
+            + "\n".join(block[:1] + dedent(block[1:], by)))
     return else_tok.end, s_end, text

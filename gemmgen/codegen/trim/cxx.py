@@ -48,7 +48,7 @@ class Token(NamedTuple):
 
 
 _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
-_END = operator.itemgetter(3)  # a token's end, as a sort key
+START, END = operator.itemgetter(2), operator.itemgetter(3)  # a token's offsets, as keys to bisect by
 
 # The tokens of the texts read last, newest last: tokenize's cache, which splice fills with the
 # tokens of the text it makes, so that a pass reads its predecessor's output without scanning it.
@@ -136,11 +136,11 @@ def splice(source: str, edits) -> str:
     for a, b, text in edits:
         ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
         while True:  # widen to whole tokens
-            i = bisect.bisect_right(old, ra, key=_END)  # the first token ending after ra
+            i = bisect.bisect_right(old, ra, key=END)  # the first token ending after ra
             if i < len(old) and old[i].start < ra:
                 ra = line_start(source, old[i].start)
                 continue
-            j = bisect.bisect_left(old, rb, key=_END)  # the first token ending at or after rb
+            j = bisect.bisect_left(old, rb, key=END)  # the first token ending at or after rb
             if j < len(old) and old[j].start < rb < old[j].end:
                 rb = min(len(source), line_end(source, old[j].end) + 1)
                 continue
@@ -153,10 +153,10 @@ def splice(source: str, edits) -> str:
     # No token crosses a region's edge: those ending by ra lie before it, the others from rb on after it
     out, shift, k = [], 0, 0  # k: the next token of old to place
     for ra, rb, change in regions:
-        before = bisect.bisect_right(old, ra, key=_END)
+        before = bisect.bisect_right(old, ra, key=END)
         out += _shifted(old[k:before], shift)
         out += _scan(new, ra + shift, rb + shift + change)
-        k = bisect.bisect_right(old, rb, key=_END)
+        k = bisect.bisect_right(old, rb, key=END)
         shift += change
     out += _shifted(old[k:], shift)
     _remember(new, tuple(out))
@@ -298,28 +298,37 @@ def brace_kind(code, i: int) -> tuple[str, str | None]:
     return "block", None
 
 
+_SHAPE_MARKS = {"{", "}", ";"}  # and directives: the tokens after which Shape's values may change
+
+
 class Shape:
     """Where each token of a file lies: ``parent[n]``, the `{` around code[n] (-1: none), and
     ``start[n]``, the first token of the namespace-scope declaration around it (its function)."""
 
     def __init__(self, code):
         self.code = code
-        self.parent, self.start = [-1] * len(code), [0] * len(code)
-        stack, start, blocks = [], 0, 0  # per open brace: its index and whether it is a namespace's
-        for n, t in enumerate(code):
-            text = t.text
+        self.parent, self.start = parent, start = [], []
+        stack, brace, begin, blocks = [], -1, 0, 0  # per open brace: its index and whether it is a namespace's
+        placed = 0  # tokens placed: those between the marks take the values the mark before them left
+        for n in [n for n, t in enumerate(code) if t.text in _SHAPE_MARKS or t.kind == "pp"]:
+            parent += [brace] * (n - placed)
+            start += [begin] * (n - placed)
+            placed = n + 1
+            text = code[n].text
             if text == "}" and stack:
                 blocks -= not stack.pop()[1]
-            self.parent[n] = stack[-1][0] if stack else -1
-            self.start[n] = start
+                brace = stack[-1][0] if stack else -1
+            parent.append(brace)
+            start.append(begin)
             if text == "{":
                 namespace = code[n - 1].text == "namespace" or n > 1 and code[n - 2].text == "namespace"
                 stack.append((n, namespace))
                 blocks += not namespace
-            elif not (text in (";", "}") or t.kind == "pp"):
-                continue
+                brace = n
             if blocks == 0:
-                start = n + 1
+                begin = n + 1
+        parent += [brace] * (len(code) - placed)
+        start += [begin] * (len(code) - placed)
 
     def braces_around(self, n: int) -> list[int]:
         """The `{` around code[n], innermost first."""

@@ -273,7 +273,7 @@ def drop_unused_constants(source: str) -> str:
     for t in code:
         for name in names_in(t):
             uses[name] = uses.get(name, 0) + 1
-    shape = Shape(code)
+    shape = None
     edits = []
     for i, t in enumerate(code):
         if t.text != "constexpr" or code[i - 1].text == "if":
@@ -289,6 +289,7 @@ def drop_unused_constants(source: str) -> str:
             continue
         if not found:
             continue
+        shape = shape or Shape(code)
         brace = shape.parent[i]
         kind, struct = brace_kind(code, brace) if brace >= 0 else ("block", None)
         if kind == "struct" and struct:
