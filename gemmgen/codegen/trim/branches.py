@@ -20,15 +20,14 @@ from gemmgen.codegen.trim.cxx import (
     START,
     Shape,
     Unreadable,
-    code_of,
     declarators,
     dedent,
     indent_at,
-    is_declarator,
     line_end,
     line_start,
     match,
     rest_is_comment,
+    shape_of,
     splice,
     statement_end,
     tokenize,
@@ -39,13 +38,12 @@ def trim_branches(source: str) -> str:
     """``source`` with every decided ``if constexpr`` statement replaced by its live branch, to a
     fixpoint (outer statements first, then what their branches hold)."""
     while True:
-        tokens, code = tokenize(source), code_of(source)
-        shape = None
+        tokens, shape = tokenize(source), shape_of(source)
+        code = shape.code
         edits, taken_until = [], -1
-        for decided in decided_conditions(code):
+        for decided in decided_conditions(shape):
             if code[decided.index].start < taken_until:
                 continue  # inside one edited already: the next pass
-            shape = shape or Shape(code)
             try:
                 edit = None if would_change_captures(shape, decided) else _edit(source, tokens, shape, decided)
             except Unreadable:
@@ -88,7 +86,7 @@ def would_change_captures(shape: Shape, decided: Decided) -> bool:
         intro = shape.lambda_introducer(brace)
         if intro is None or code[intro + 1].text not in ("&", "=") or code[intro + 2].text not in (",", "]"):
             continue
-        locals_before = _locals(code, start, intro)
+        locals_before = _locals(shape, start, intro)
         named_elsewhere = {code[n].text for n in range(intro, match(code, brace) + 1)
                            if n not in removed and code[n].kind == "id"}
         if any(name in locals_before and name not in named_elsewhere for name in names):
@@ -96,8 +94,9 @@ def would_change_captures(shape: Shape, decided: Decided) -> bool:
     return False
 
 
-def _locals(code, a: int, b: int) -> set[str]:
+def _locals(shape: Shape, a: int, b: int) -> set[str]:
     """Names that code[a:b] may declare as variables or parameters, but constexpr scalars."""
+    code = shape.code
     constants = set()  # indexes of the declarators of constexpr scalars
     for n in range(a, b):
         if code[n].text == "constexpr" and code[n - 1].text != "if":
@@ -107,7 +106,7 @@ def _locals(code, a: int, b: int) -> set[str]:
                 found = []
             if found and {t.text for t in code[n + 1:found[0][0]]} <= INT_TYPES | {"static", "const", "auto"}:
                 constants.update(d[0] for d in found)
-    return {code[n].text for n in range(a, b) if code[n].kind == "id" and n not in constants and is_declarator(code, n)}
+    return {code[n].text for n in shape.declared_in(a, b) if n not in constants}
 
 
 _STATEMENT_WORDS = {"if", "for", "while", "do", "switch", "return", "break", "continue", "{", "asm", "++", "--", "*",
@@ -159,7 +158,7 @@ def _ends_block_unclashing(shape: Shape, i: int, last: int, b0: int, b1: int) ->
     code = shape.code
     if last + 1 >= len(code) or code[last + 1].text != "}":
         return False
-    declared = {code[n].text for n in range(b0 + 1, b1) if code[n].kind == "id" and is_declarator(code, n)}
+    declared = {code[n].text for n in shape.declared_in(b0 + 1, b1)}
     return not any(code[n].kind == "id" and code[n].text in declared for n in range(shape.start[i], i))
 
 

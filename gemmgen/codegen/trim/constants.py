@@ -4,15 +4,16 @@ Only what the file itself says counts: constexpr variables whose initializer eva
 other such constants, enumerators, ``sizeof`` of a fundamental type or an alias of one), with C++
 scoping -- a block's declarations end with it, a struct's members are known outside it as S::X,
 an anonymous namespace's names are its enclosing scope's. A name that may be declared again (a
-parameter, a template parameter, a variable: cxx.is_declarator) is unknown from there to the end
+parameter, a template parameter, a variable: cxx.Shape.declared) is unknown from there to the end
 of that scope, and so is every name a struct declares, within it, where a member function may
 name a member declared further down. A condition that names anything unknown is not decided.
 """
 
+import bisect
 import re
 from dataclasses import dataclass
 
-from gemmgen.codegen.trim.cxx import INT_TYPES, SIZEOF, Unreadable, brace_kind, is_declarator, match
+from gemmgen.codegen.trim.cxx import INT_TYPES, SIZEOF, Shape, Unreadable, brace_kind, indices, match
 
 UNKNOWN = None
 _UNKNOWN_NAME = ("unknown",)
@@ -153,16 +154,23 @@ class Decided:
     live: bool  # whether the condition holds
 
 
-def decided_conditions(code) -> list[Decided]:
-    """The ``if constexpr`` statements of code whose condition the file's constants decide, in order."""
-    enum_types = {code[i + 1].text for i in range(len(code) - 1) if code[i].text == "enum" and code[i + 1].kind == "id"}
+def decided_conditions(shape: Shape) -> list[Decided]:
+    """The ``if constexpr`` statements of the code whose condition the file's constants decide, in order."""
+    code, texts = shape.code, shape.texts
+    enum_types = {texts[i + 1] for i in indices(texts, "enum") if i + 1 < len(code) and code[i + 1].kind == "id"}
     scopes = _Scopes(enum_types)
     opened: list[tuple[str, str | None]] = []  # per open brace, brace_kind's
     found = []
-    i = 0
-    while i < len(code):
+    declared = set(shape.declared)
+    # the tokens that may change what is known (the others are stepped over): directives (and a
+    # stray `#`), the words and braces below, and what may be a declarator
+    steps = sorted(declared.union([i for i, x in enumerate(texts) if x in _STEPS or x[0] == "#"]))
+    p = 0
+    while p < len(steps):
+        i = steps[p]
         t = code[i]
         text = t.text
+        then = i + 1  # the index to read on from
         if t.kind == "pp":
             m = re.match(r"#\s*define\s+(\w+)", text)
             if m:
@@ -172,23 +180,19 @@ def decided_conditions(code) -> list[Decided]:
             value = _Expr(code[i + 3:close], scopes).evaluate()
             if value is not UNKNOWN:
                 found.append(Decided(i, bool(value)))
-            i = close + 1
-            continue
+            then = close + 1
         elif text == "constexpr" or text in ("typedef", "using") and code[i - 1].text != "::":
-            i = _declaration(code, i, scopes)
-            continue
+            then = _declaration(code, i, scopes)
         elif text == "enum" and (body := _enum_body(code, i)) is not None:
             _enumerators(code[body + 1:match(code, body)], scopes)
-            i = match(code, body) + 1
-            continue
+            then = match(code, body) + 1
         elif text == "{":
             opened.append(brace_kind(code, i))
             if opened[-1][0] != "namespace":
                 scopes.stack.append({})
             if opened[-1][0] == "struct":
                 end = match(code, i)
-                scopes.stack[-1].update({code[n].text: _UNKNOWN_NAME for n in range(i + 1, end)
-                                         if code[n].kind == "id" and is_declarator(code, n)})
+                scopes.stack[-1].update({texts[n]: _UNKNOWN_NAME for n in shape.declared_in(i + 1, end)})
         elif text == "}" and opened:
             kind, name = opened.pop()
             if kind != "namespace":
@@ -196,10 +200,13 @@ def decided_conditions(code) -> list[Decided]:
                 if kind == "struct" and name:
                     scopes.stack[-1].update({f"{name}::{key}": val for key, val in inner.items()})
                     scopes.stack[-1][name] = _UNKNOWN_NAME
-        elif t.kind == "id" and is_declarator(code, i):
+        elif i in declared:
             scopes.stack[-1][text] = _UNKNOWN_NAME
-        i += 1
+        p = p + 1 if then == i + 1 else bisect.bisect_left(steps, then, p + 1)
     return found
+
+
+_STEPS = {"if", "constexpr", "typedef", "using", "enum", "{", "}"}
 
 
 def _enum_body(code, i: int) -> int | None:

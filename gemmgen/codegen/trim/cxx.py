@@ -6,7 +6,8 @@ import bisect
 import operator
 import re
 import threading
-from functools import lru_cache
+from collections import Counter
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 _PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
@@ -169,6 +170,23 @@ def code_of(text: str) -> tuple[Token, ...]:
     return tuple(t for t in tokenize(text) if t.kind != "comment")
 
 
+@lru_cache(maxsize=8)
+def shape_of(text: str) -> "Shape":
+    """The Shape of code_of(text)."""
+    return Shape(code_of(text))
+
+
+def indices(items: list, value) -> list[int]:
+    """The indices of value in items, in order."""
+    out, i = [], -1
+    try:
+        while True:
+            i = items.index(value, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
+
+
 def names_in(token: Token) -> list[str]:
     """The identifiers a token names: itself, or those in a directive."""
     if token.kind == "pp":
@@ -240,18 +258,7 @@ def statement_end(code, i: int) -> int:
 _BEFORE_AN_EXPRESSION = {"return", "case", "else", "sizeof", "throw", "new", "delete", "goto", "co_return",
                          "co_yield", "operator", "if", "constexpr", "do", "while", "for", "switch", "not", "and", "or"}
 _AFTER_A_DECLARATOR = {"=", ";", ",", ")", ">", "[", "{", "(", ":"}
-
-
-def is_declarator(code, i: int) -> bool:
-    """Whether the identifier code[i] may be a name being declared there (a parameter, a template
-    parameter, a variable, a type): a type-like word before it, `=` `;` `,` `)` and the like after.
-    Errs towards yes."""
-    if i == 0 or i + 1 >= len(code) or code[i + 1].text not in _AFTER_A_DECLARATOR:
-        return False
-    prev = code[i - 1]
-    if prev.kind == "id":
-        return prev.text not in _BEFORE_AN_EXPRESSION
-    return prev.text in ("*", "&", "&&", ">", ">>", "...")
+_POINTER_LIKE = {"*", "&", "&&", ">", ">>", "..."}
 
 
 def declarators(code, i: int) -> list[tuple[int, int]] | None:
@@ -298,19 +305,45 @@ def brace_kind(code, i: int) -> tuple[str, str | None]:
     return "block", None
 
 
-_SHAPE_MARKS = {"{", "}", ";"}  # and directives: the tokens after which Shape's values may change
-
-
 class Shape:
-    """Where each token of a file lies: ``parent[n]``, the `{` around code[n] (-1: none), and
-    ``start[n]``, the first token of the namespace-scope declaration around it (its function)."""
+    """Facts of a file's code (code_of's tokens), each worked out where first asked for:
+    ``parent[n]``, the `{` around code[n] (-1: none); ``start[n]``, the first token of the
+    namespace-scope declaration around it (its function); ``declared``, the identifiers that may be
+    names being declared there (a parameter, a template parameter, a variable, a type): a
+    type-like word before them, `=` `;` `,` `)` and the like after, erring towards yes."""
 
     def __init__(self, code):
         self.code = code
-        self.parent, self.start = parent, start = [], []
+        self.texts = [t.text for t in code]
+
+    @cached_property
+    def kinds(self) -> list[str]:
+        return [t.kind for t in self.code]
+
+    @cached_property
+    def uses(self) -> Counter:
+        """How many times each name is named: as an identifier or in a directive."""
+        uses = Counter(self.texts)  # an identifier's text is no other token's
+        for n in indices(self.kinds, "pp"):
+            uses.update(names_in(self.code[n]))
+        return uses
+
+    @property
+    def parent(self) -> list[int]:
+        return self._nesting[0]
+
+    @property
+    def start(self) -> list[int]:
+        return self._nesting[1]
+
+    @cached_property
+    def _nesting(self) -> tuple[list[int], list[int]]:
+        code = self.code
+        parent, start = [], []
         stack, brace, begin, blocks = [], -1, 0, 0  # per open brace: its index and whether it is a namespace's
         placed = 0  # tokens placed: those between the marks take the values the mark before them left
-        for n in [n for n, t in enumerate(code) if t.text in _SHAPE_MARKS or t.kind == "pp"]:
+        texts = self.texts
+        for n in sorted(indices(texts, "{") + indices(texts, "}") + indices(texts, ";") + indices(self.kinds, "pp")):
             parent += [brace] * (n - placed)
             start += [begin] * (n - placed)
             placed = n + 1
@@ -329,6 +362,20 @@ class Shape:
                 begin = n + 1
         parent += [brace] * (len(code) - placed)
         start += [begin] * (len(code) - placed)
+        return parent, start
+
+    @cached_property
+    def declared(self) -> list[int]:
+        texts, kinds = self.texts, self.kinds
+        return [i for i in range(1, len(texts) - 1)
+                if kinds[i] == "id" and texts[i + 1] in _AFTER_A_DECLARATOR
+                and (texts[i - 1] not in _BEFORE_AN_EXPRESSION if kinds[i - 1] == "id"
+                     else texts[i - 1] in _POINTER_LIKE)]
+
+    def declared_in(self, a: int, b: int) -> list[int]:
+        """The indices of ``declared`` in [a, b)."""
+        declared = self.declared
+        return declared[bisect.bisect_left(declared, a):bisect.bisect_left(declared, b)]
 
     def braces_around(self, n: int) -> list[int]:
         """The `{` around code[n], innermost first."""

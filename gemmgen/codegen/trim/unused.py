@@ -24,11 +24,13 @@ from gemmgen.codegen.trim.cxx import (
     brace_kind,
     code_of,
     declarators,
+    indices,
     line_end,
     line_start,
     match,
     names_in,
     rest_is_comment,
+    shape_of,
     skip_angles,
     splice,
 )
@@ -159,7 +161,8 @@ def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
         brace = next((n for n in range(m, len(toks)) if toks[n].text == "{"), None)
         if first == "enum" and brace is not None:  # its enumerators too
             body = toks[brace + 1:match(code, i + brace) - i]
-            names += [body[n].text for n in range(len(body)) if body[n].kind == "id" and (n == 0 or body[n - 1].text == ",")]
+            names += [body[n].text for n in range(len(body))
+                      if body[n].kind == "id" and (n == 0 or body[n - 1].text == ",")]
         return _Item(i, j, names=tuple(names), root=False)
     if first == "typedef":
         texts = [t.text for t in toks]
@@ -268,15 +271,11 @@ def _cut(source: str, code, items: list[_Item]) -> str:
 
 
 def drop_unused_constants(source: str) -> str:
-    code = code_of(source)
-    uses: dict[str, int] = {}
-    for t in code:
-        for name in names_in(t):
-            uses[name] = uses.get(name, 0) + 1
-    shape = None
+    shape = shape_of(source)
+    code = shape.code
     edits = []
-    for i, t in enumerate(code):
-        if t.text != "constexpr" or code[i - 1].text == "if":
+    for i in indices(shape.texts, "constexpr"):
+        if code[i - 1].text == "if":
             continue
         start = i  # the declaration's first token
         while start > 0 and code[start - 1].text in ("static", "inline", "[", "]", "maybe_unused"):
@@ -289,13 +288,12 @@ def drop_unused_constants(source: str) -> str:
             continue
         if not found:
             continue
-        shape = shape or Shape(code)
         brace = shape.parent[i]
         kind, struct = brace_kind(code, brace) if brace >= 0 else ("block", None)
         if kind == "struct" and struct:
-            unused = [d for d in found if not _member_named(code, brace, struct, d[0])]
+            unused = [d for d in found if not _member_named(shape, brace, struct, d[0])]
         else:
-            unused = [d for d in found if uses.get(code[d[0]].text, 0) == 1]
+            unused = [d for d in found if shape.uses[code[d[0]].text] == 1]
         if len(unused) == len(found):
             a, b = code[start].start, code[found[-1][1] + 1].end
             ls = line_start(source, a)
@@ -312,13 +310,15 @@ def drop_unused_constants(source: str) -> str:
     return splice(source, edits)
 
 
-def _member_named(code, brace: int, struct: str, n: int) -> bool:
+def _member_named(shape: Shape, brace: int, struct: str, n: int) -> bool:
     """Whether the member declared at code[n] of the struct whose body opens at code[brace] is named
     elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
+    code = shape.code
     name, end = code[n].text, match(code, brace)
-    for k in range(len(code)):
-        if k == n or code[k].text != name:
+    for k in indices(shape.texts, name):
+        if k == n:
             continue
-        if brace < k < end or code[k - 1].text in (".", "->") or code[k - 1].text == "::" and code[k - 2].text == struct:
+        if (brace < k < end or code[k - 1].text in (".", "->")
+                or code[k - 1].text == "::" and code[k - 2].text == struct):
             return True
     return False
