@@ -14,11 +14,11 @@ import bisect
 
 from gemmgen.codegen.trim.constants import Decided, decided_conditions
 from gemmgen.codegen.trim.cxx import (
-    END,
     INT_TYPES,
     SIZEOF,
-    START,
+    Placed,
     Shape,
+    Token,
     Unreadable,
     declarators,
     dedent,
@@ -26,11 +26,11 @@ from gemmgen.codegen.trim.cxx import (
     line_end,
     line_start,
     match,
+    read,
     rest_is_comment,
     shape_of,
     splice,
     statement_end,
-    tokenize,
 )
 
 
@@ -38,14 +38,14 @@ def trim_branches(source: str) -> str:
     """``source`` with every decided ``if constexpr`` statement replaced by its live branch, to a
     fixpoint (outer statements first, then what their branches hold)."""
     while True:
-        tokens, shape = tokenize(source), shape_of(source)
-        code = shape.code
+        comments, shape = read(source).comments, shape_of(source)
+        at = shape.placed.start
         edits, taken_until = [], -1
         for decided in decided_conditions(shape):
-            if code[decided.index].start < taken_until:
+            if at(decided.index) < taken_until:
                 continue  # inside one edited already: the next pass
             try:
-                edit = None if would_change_captures(shape, decided) else _edit(source, tokens, shape, decided)
+                edit = None if would_change_captures(shape, decided) else _edit(source, comments, shape, decided)
             except Unreadable:
                 continue
             if edit is not None:
@@ -162,22 +162,23 @@ def _ends_block_unclashing(shape: Shape, i: int, last: int, b0: int, b1: int) ->
     return not any(code[n].kind == "id" and code[n].text in declared for n in range(shape.start[i], i))
 
 
-def _comments_between(tokens, a: int, b: int) -> list:
-    """The comments of tokens (a file's, in order) that lie within [a, b)."""
-    first, last = bisect.bisect_left(tokens, a, key=START), bisect.bisect_right(tokens, b, key=END)
-    return [t for t in tokens[first:last] if t.kind == "comment"]
+def _comments_between(comments: Placed, a: int, b: int) -> list[Token]:
+    """The comments (a file's) that lie within [a, b)."""
+    every = range(len(comments.tokens))
+    first, last = bisect.bisect_left(every, a, key=comments.start), bisect.bisect_right(every, b, key=comments.end)
+    return comments.tokens[first:last]
 
 
-def _edit(source: str, tokens, shape: Shape, decided: Decided) -> tuple[int, int, str] | None:
+def _edit(source: str, comments: Placed, shape: Shape, decided: Decided) -> tuple[int, int, str] | None:
     """(start, end, text): the replacement of the statement at decided by its live branch, or None
     where it cannot be laid out cleanly."""
-    code, i = shape.code, decided.index
+    code, i, at, end_of = shape.code, decided.index, shape.placed.start, shape.placed.end
     close, live, last = _parts(code, decided)
     then_end = statement_end(code, close + 1)
-    s_start, s_end = code[i].start, code[last].end
-    heads_from = None if live is None else code[close].end if decided.live else code[then_end + 1].end
+    s_start, s_end = at(i), end_of(last)
+    heads_from = None if live is None else end_of(close) if decided.live else end_of(then_end + 1)
     if i > 0 and code[i - 1].text == "else":
-        return _else_edit(source, tokens, code, i, live, heads_from, s_end)
+        return _else_edit(source, comments, shape, i, live, heads_from, s_end)
     j = i - 1
     while j >= 0 and code[j].kind == "pp":
         j -= 1
@@ -191,16 +192,16 @@ def _edit(source: str, tokens, shape: Shape, decided: Decided) -> tuple[int, int
     if live is None:
         return (ls, end, "") if in_block else None
     b0, b1 = live
-    lines = [ind + c.text for c in _comments_between(tokens, heads_from, code[b0].start)]
-    last_part = code[b1].end == s_end
+    lines = [ind + c.text for c in _comments_between(comments, heads_from, at(b0))]
+    last_part = end_of(b1) == s_end
     if code[b0].text == "{":
-        open_end = line_end(source, code[b0].end)
-        close_ls = line_start(source, code[b1].start)
-        after_open = source[code[b0].end:open_end].strip()
-        if (after_open and not after_open.startswith("//")) or source[close_ls:code[b1].start].strip():
+        open_end = line_end(source, end_of(b0))
+        close_ls = line_start(source, at(b1))
+        after_open = source[end_of(b0):open_end].strip()
+        if (after_open and not after_open.startswith("//")) or source[close_ls:at(b1)].strip():
             return None
         inner = source[open_end + 1:close_ls].split("\n")[:-1] if close_ls > open_end else []
-        after_close = source[code[b1].end:line_end(source, code[b1].end)].rstrip() if last_part else ""
+        after_close = source[end_of(b1):line_end(source, end_of(b1))].rstrip() if last_part else ""
         if in_block and (_declares_nothing(code, b0, b1) or _ends_block_unclashing(shape, i, last, b0, b1)):
             firsts = [ln for ln in inner if ln.strip() and not ln.startswith("#")]
             by = max(0, len(firsts[0]) - len(firsts[0].lstrip(" ")) - c0) if firsts else 0
@@ -209,41 +210,43 @@ def _edit(source: str, tokens, shape: Shape, decided: Decided) -> tuple[int, int
             lines += [ind + after_close.strip()] if after_close.strip() else []
         else:
             lines += [ind + "{" + (" " + after_open if after_open else "")]
-            lines += dedent(inner, max(0, indent_at(source, code[b1].start) - c0))
+            lines += dedent(inner, max(0, indent_at(source, at(b1)) - c0))
             lines += [ind + "}" + after_close]
     else:
         k = b0
         while code[k].kind == "pp":
             k += 1
-        b_end = line_end(source, code[b1].end) if last_part or rest_is_comment(source, code[b1].end) else code[b1].end
-        first_ls = line_start(source, code[b0].start)
+        b_end = line_end(source, end_of(b1)) if last_part or rest_is_comment(source, end_of(b1)) else end_of(b1)
+        first_ls = line_start(source, at(b0))
         block = source[first_ls:b_end].split("\n")
-        by = max(0, indent_at(source, code[k].start) - c0)
-        if source[first_ls:code[b0].start].strip():  # it starts on the line of the `if` or an `else`
-            block[0] = " " * (c0 + by) + source[code[b0].start:line_end(source, code[b0].start)]
+        by = max(0, indent_at(source, at(k)) - c0)
+        if source[first_ls:at(b0)].strip():  # it starts on the line of the `if` or an `else`
+            block[0] = " " * (c0 + by) + source[at(b0):line_end(source, at(b0))]
         lines += dedent(block, by)
     return ls, end, "".join(line.rstrip() + "\n" for line in lines)
 
 
-def _else_edit(source: str, tokens, code, i: int, live, heads_from, s_end: int) -> tuple[int, int, str] | None:
+def _else_edit(source: str, comments: Placed, shape: Shape, i: int, live, heads_from,
+               s_end: int) -> tuple[int, int, str] | None:
     """The edit of an `else if constexpr` statement (code[i] is its `if`): `else` and the live
     branch, or nothing."""
-    else_tok, before = code[i - 1], code[i - 2]
+    code, at, end_of = shape.code, shape.placed.start, shape.placed.end
+    else_start, else_end, before_end = at(i - 1), end_of(i - 1), end_of(i - 2)
     if live is None:
-        a = else_tok.start if _comments_between(tokens, before.end, else_tok.start) else before.end
+        a = else_start if _comments_between(comments, before_end, else_start) else before_end
         return a, s_end, ""
     b0, b1 = live
-    heads = _comments_between(tokens, heads_from, code[b0].start)
-    e_ind = indent_at(source, else_tok.start)
+    heads = _comments_between(comments, heads_from, at(b0))
+    e_ind = indent_at(source, else_start)
     if code[b0].kind == "pp":
         return None
-    block = source[code[b0].start:code[b1].end].split("\n")
+    block = source[at(b0):end_of(b1)].split("\n")
     if code[b0].text == "{":
         if heads:
             return None
-        by = max(0, indent_at(source, code[b1].start) - e_ind)
-        return else_tok.end, s_end, " " + "\n".join(block[:1] + dedent(block[1:], by))
-    by = max(0, code[b0].start - line_start(source, code[b0].start) - (e_ind + 4))
+        by = max(0, indent_at(source, at(b1)) - e_ind)
+        return else_end, s_end, " " + "\n".join(block[:1] + dedent(block[1:], by))
+    by = max(0, at(b0) - line_start(source, at(b0)) - (e_ind + 4))
     text = ("".join(" " + c.text for c in heads) + "\n" + " " * (e_ind + 4)
             + "\n".join(block[:1] + dedent(block[1:], by)))
-    return else_tok.end, s_end, text
+    return else_end, s_end, text

@@ -3,7 +3,6 @@ nesting of braces, and lines. What does not read as expected raises Unreadable, 
 leaves that code as it is."""
 
 import bisect
-import operator
 import re
 import threading
 from collections import Counter
@@ -44,24 +43,94 @@ class Unreadable(Exception):
 class Token(NamedTuple):
     kind: str  # id, num, str, punct, comment, pp (a whole preprocessor directive)
     text: str
-    start: int  # offsets in the source
-    end: int
 
 
 _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
-START, END = operator.itemgetter(2), operator.itemgetter(3)  # a token's offsets, as keys to bisect by
 
-# The tokens of the texts read last, newest last: tokenize's cache, which splice fills with the
-# tokens of the text it makes, so that a pass reads its predecessor's output without scanning it.
-_KNOWN: dict[str, tuple[Token, ...]] = {}
+
+class Placed:
+    """Tokens in order and where each lies in its text: tokens[n] starts at starts[n] plus the
+    shift of its run (the last r with firsts[r] <= n). splice moves the tokens after an edit by
+    giving them a run, not by making each anew."""
+
+    __slots__ = ("tokens", "starts", "firsts", "shifts")
+
+    def __init__(self, tokens: list[Token], starts: list[int], firsts: list[int], shifts: list[int]):
+        self.tokens, self.starts, self.firsts, self.shifts = tokens, starts, firsts, shifts
+
+    def start(self, n: int) -> int:
+        return self.starts[n] + self.shifts[bisect.bisect_right(self.firsts, n) - 1]
+
+    def end(self, n: int) -> int:
+        return self.start(n) + len(self.tokens[n].text)
+
+    def first_ending_after(self, pos: int) -> int:
+        return bisect.bisect_right(range(len(self.tokens)), pos, key=self.end)
+
+    def offsets(self) -> list[tuple[str, str, int, int]]:
+        """(kind, text, start, end) of each token."""
+        return [(t.kind, t.text, self.start(n), self.end(n)) for n, t in enumerate(self.tokens)]
+
+
+class _Placing:
+    """A Placed being made, token by token or a run of another's at a time."""
+
+    def __init__(self):
+        self.tokens, self.starts, self.firsts, self.shifts = [], [], [], []
+
+    def _run(self, shift: int):
+        """The tokens added next are off by shift."""
+        if self.firsts and self.firsts[-1] == len(self.tokens):  # the last run has no tokens
+            self.firsts.pop()
+            self.shifts.pop()
+        if not self.shifts or self.shifts[-1] != shift:
+            self.firsts.append(len(self.tokens))
+            self.shifts.append(shift)
+
+    def add(self, tokens: list[Token], starts: list[int]):
+        """Tokens that lie at starts."""
+        self._run(0)
+        self.tokens += tokens
+        self.starts += starts
+
+    def move(self, placed: Placed, a: int, b: int, by: int):
+        """placed's tokens [a, b), moved by ``by`` characters."""
+        r = bisect.bisect_right(placed.firsts, a) - 1
+        while a < b:
+            until = min(b, placed.firsts[r + 1]) if r + 1 < len(placed.firsts) else b
+            self._run(placed.shifts[r] + by)
+            self.tokens += placed.tokens[a:until]
+            self.starts += placed.starts[a:until]
+            a, r = until, r + 1
+
+    def done(self) -> Placed:
+        return Placed(self.tokens, self.starts, self.firsts or [0], self.shifts or [0])
+
+
+class Read:
+    """A text's tokens: ``code``, those but its comments, and ``comments``."""
+
+    __slots__ = ("code", "comments")
+
+    def __init__(self, code: Placed, comments: Placed):
+        self.code, self.comments = code, comments
+
+    def offsets(self) -> list[tuple[str, str, int, int]]:
+        """(kind, text, start, end) of every token, in order."""
+        return sorted(self.code.offsets() + self.comments.offsets(), key=lambda t: t[2])
+
+
+# The texts read last, newest last: read's cache, which splice fills with the tokens of the text it
+# makes, so that a pass reads its predecessor's output without scanning it.
+_KNOWN: dict[str, Read] = {}
 _KNOWN_MAX = 8
 _KNOWN_LOCK = threading.Lock()  # tuners and tests trim in several threads at once
 
 
-def _scan(text: str, pos: int, endpos: int) -> list[Token]:
-    """The tokens of text[pos:endpos], pos a line's start, offsets in text."""
-    out = []
-    append = out.append
+def _scan(text: str, pos: int, endpos: int) -> tuple[list[Token], list[int], list[Token], list[int]]:
+    """The tokens of text[pos:endpos], pos a line's start: those but comments and their offsets in
+    text, and the comments and theirs."""
+    code, starts, comments, comment_starts = [], [], [], []
     while True:
         for m in _TOKEN.finditer(text, pos, endpos):
             a, b = m.span(1)
@@ -76,57 +145,62 @@ def _scan(text: str, pos: int, endpos: int) -> list[Token]:
                 elif first in "\"'":
                     kind = "str" if len(token) > 1 else "bad"
                 elif first == "/":
-                    kind = "comment" if token[1:2] in ("/", "*") else "punct"
+                    if token[1:2] in ("/", "*"):
+                        comments.append(_new_token(Token, ("comment", token)))
+                        comment_starts.append(a)
+                        continue
+                    kind = "punct"
                 elif first == ".":
                     kind = "num" if len(token) > 1 and token[1] != "." else "punct"
                 elif text[text.rfind("\n", 0, a) + 1:a].strip(" \t"):  # `#` not starting its line
-                    b = a + 1 + (token[1:2] == "#")
-                    append(_new_token(Token, ("punct", text[a:b], a, b)))
-                    pos = b
+                    code.append(_new_token(Token, ("punct", text[a:a + 1 + (token[1:2] == "#")])))
+                    starts.append(a)
+                    pos = a + len(code[-1].text)
                     break  # and read on after it
                 else:
                     kind = "pp"
             if kind == "bad":
                 raise ValueError(f"cannot tokenize at {text[a:a + 20]!r}")
-            append(_new_token(Token, (kind, token, a, b)))
+            code.append(_new_token(Token, (kind, token)))
+            starts.append(a)
         else:
-            return out
+            return code, starts, comments, comment_starts
 
 
-def _shifted(tokens, shift: int):
-    """``tokens`` moved by ``shift`` characters."""
-    if not shift:
-        return tokens
-    return [_new_token(Token, (kind, text, start + shift, end + shift)) for kind, text, start, end in tokens]
+def scan(text: str) -> Read:
+    """The tokens of C++ source, comments apart; a preprocessor directive is one ``pp`` token.
+    Raises ValueError at a character no token starts with."""
+    code, starts, comments, comment_starts = _scan(text, 0, len(text))
+    return Read(Placed(code, starts, [0], [0]), Placed(comments, comment_starts, [0], [0]))
 
 
-def _remember(text: str, tokens: tuple[Token, ...]) -> tuple[Token, ...]:
+def _remember(text: str, found: Read) -> Read:
     with _KNOWN_LOCK:
         _KNOWN.pop(text, None)
-        _KNOWN[text] = tokens
+        _KNOWN[text] = found
         while len(_KNOWN) > _KNOWN_MAX:
             del _KNOWN[next(iter(_KNOWN))]
-    return tokens
+    return found
 
 
-def tokenize(text: str) -> tuple[Token, ...]:
-    """Tokens of C++ source, comments included; a preprocessor directive is one ``pp`` token.
-    Raises ValueError at a character no token starts with."""
+def read(text: str) -> Read:
+    """scan(text), or what splice found when it made text."""
     with _KNOWN_LOCK:
         found = _KNOWN.get(text)
-    return found if found is not None else _remember(text, tuple(_scan(text, 0, len(text))))
+    return found if found is not None else _remember(text, scan(text))
 
 
 def splice(source: str, edits) -> str:
     """``source`` with each (a, b, text) of ``edits`` applied: source[a:b] replaced by text. The
     edits do not overlap. The result's tokens are source's outside the lines the edits touch
     (moved by what the edits before them added or removed) and those lines' tokens scanned
-    again; tokenize then finds them. A token of source that crosses such a line's edge widens
-    the lines scanned, so the tokens are those tokenize would find."""
+    again; read then finds them. A token of source that crosses such a line's edge widens the
+    lines scanned, so the tokens are those scan would find."""
     edits = sorted(edits)
     if not edits:
         return source
-    old = tokenize(source)
+    old = read(source)
+    both = (old.code, old.comments)
     pieces, pos = [], 0
     for a, b, text in edits:
         pieces += [source[pos:a], text]
@@ -136,44 +210,44 @@ def splice(source: str, edits) -> str:
     regions = []  # [first line's start, last line's end + 1) of source, the size change of its edits
     for a, b, text in edits:
         ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
-        while True:  # widen to whole tokens
-            i = bisect.bisect_right(old, ra, key=END)  # the first token ending after ra
-            if i < len(old) and old[i].start < ra:
-                ra = line_start(source, old[i].start)
-                continue
-            j = bisect.bisect_left(old, rb, key=END)  # the first token ending at or after rb
-            if j < len(old) and old[j].start < rb < old[j].end:
-                rb = min(len(source), line_end(source, old[j].end) + 1)
-                continue
-            break
+        widened = True
+        while widened:  # to whole tokens
+            widened = False
+            for placed in both:
+                i = placed.first_ending_after(ra)
+                if i < len(placed.tokens) and placed.start(i) < ra:
+                    ra, widened = line_start(source, placed.start(i)), True
+                j = bisect.bisect_left(range(len(placed.tokens)), rb, key=placed.end)  # the first ending at or after rb
+                if j < len(placed.tokens) and placed.start(j) < rb < placed.end(j):
+                    rb, widened = min(len(source), line_end(source, placed.end(j)) + 1), True
         change = len(text) - (b - a)
         while regions and ra <= regions[-1][1]:  # it meets the lines of the edits before it
             pa, pb, pc = regions.pop()
             ra, rb, change = min(ra, pa), max(rb, pb), change + pc
         regions.append((ra, rb, change))
     # No token crosses a region's edge: those ending by ra lie before it, the others from rb on after it
-    out, shift, k = [], 0, 0  # k: the next token of old to place
+    code, comments = _Placing(), _Placing()
+    shift, k, c = 0, 0, 0  # the next token of old.code and of old.comments to place
     for ra, rb, change in regions:
-        before = bisect.bisect_right(old, ra, key=END)
-        out += _shifted(old[k:before], shift)
-        out += _scan(new, ra + shift, rb + shift + change)
-        k = bisect.bisect_right(old, rb, key=END)
+        before = old.code.first_ending_after(ra)
+        code.move(old.code, k, before, shift)
+        before = old.comments.first_ending_after(ra)
+        comments.move(old.comments, c, before, shift)
+        scanned = _scan(new, ra + shift, rb + shift + change)
+        code.add(scanned[0], scanned[1])
+        comments.add(scanned[2], scanned[3])
+        k, c = old.code.first_ending_after(rb), old.comments.first_ending_after(rb)
         shift += change
-    out += _shifted(old[k:], shift)
-    _remember(new, tuple(out))
+    code.move(old.code, k, len(old.code.tokens), shift)
+    comments.move(old.comments, c, len(old.comments.tokens), shift)
+    _remember(new, Read(code.done(), comments.done()))
     return new
 
 
 @lru_cache(maxsize=8)
-def code_of(text: str) -> tuple[Token, ...]:
-    """The tokens of ``text`` but its comments."""
-    return tuple(t for t in tokenize(text) if t.kind != "comment")
-
-
-@lru_cache(maxsize=8)
 def shape_of(text: str) -> "Shape":
-    """The Shape of code_of(text)."""
-    return Shape(code_of(text))
+    """The Shape of text's code."""
+    return Shape(read(text).code)
 
 
 def indices(items: list, value) -> list[int]:
@@ -306,14 +380,15 @@ def brace_kind(code, i: int) -> tuple[str, str | None]:
 
 
 class Shape:
-    """Facts of a file's code (code_of's tokens), each worked out where first asked for:
+    """Facts of a file's code (its tokens but comments), each worked out where first asked for:
     ``parent[n]``, the `{` around code[n] (-1: none); ``start[n]``, the first token of the
     namespace-scope declaration around it (its function); ``declared``, the identifiers that may be
     names being declared there (a parameter, a template parameter, a variable, a type): a
     type-like word before them, `=` `;` `,` `)` and the like after, erring towards yes."""
 
-    def __init__(self, code):
-        self.code = code
+    def __init__(self, placed: Placed):
+        self.placed = placed  # where each token lies
+        self.code = code = placed.tokens
         self.texts = [t.text for t in code]
 
     @cached_property

@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass
 
 from gemmgen.codegen.trim.cxx import (
+    Placed,
     Shape,
     Unreadable,
     brace_kind,
-    code_of,
     declarators,
     indices,
     line_end,
@@ -51,7 +51,8 @@ class _Item:
 
 
 def drop_unused_definitions(source: str) -> str:
-    code = code_of(source)
+    shape = shape_of(source)
+    code = shape.code
     try:
         items = _items(code)
     except Unreadable:
@@ -79,7 +80,7 @@ def drop_unused_definitions(source: str) -> str:
             first = opened.pop()
             if not any(x.live for x in items[first + 1:n] if x.kind in ("decl", "pp")):
                 items[first].live = items[n].live = False
-    return _cut(source, code, items)
+    return _cut(source, shape.placed, items)
 
 
 def _items(code) -> list[_Item]:
@@ -210,7 +211,7 @@ def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
     return _Item(i, j, names=tuple(names), root=not droppable)
 
 
-def _cut(source: str, code, items: list[_Item]) -> str:
+def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
     """``source`` without the lines of the items that are not live and of the comments that head
     only such items (see the module's docstring). An item sharing a line with another stays."""
     starts = [0] + [m.end() for m in re.finditer("\n", source)]
@@ -219,7 +220,8 @@ def _cut(source: str, code, items: list[_Item]) -> str:
     def line_of(pos: int) -> int:
         return bisect.bisect_right(starts, pos) - 1
 
-    span = [(line_of(code[it.first].start), line_of(code[it.last].end - 1)) for it in items]
+    at, end_of = placed.start, placed.end
+    span = [(line_of(at(it.first)), line_of(end_of(it.last) - 1)) for it in items]
     owner: dict[int, int] = {}
     for n, (a, b) in enumerate(span):
         for line in range(a, b + 1):
@@ -227,8 +229,8 @@ def _cut(source: str, code, items: list[_Item]) -> str:
     dead_lines: set[int] = set()
     for n, item in enumerate(items):
         a, b = span[n]
-        if (item.live or source[starts[a]:code[item.first].start].strip()
-                or not rest_is_comment(source, code[item.last].end)
+        if (item.live or source[starts[a]:at(item.first)].strip()
+                or not rest_is_comment(source, end_of(item.last))
                 or any(items[owner[line]].live for line in range(a, b + 1) if owner[line] != n)):
             continue
         dead_lines.update(range(a, b + 1))
@@ -272,7 +274,7 @@ def _cut(source: str, code, items: list[_Item]) -> str:
 
 def drop_unused_constants(source: str) -> str:
     shape = shape_of(source)
-    code = shape.code
+    code, at, end_of = shape.code, shape.placed.start, shape.placed.end
     edits = []
     for i in indices(shape.texts, "constexpr"):
         if code[i - 1].text == "if":
@@ -295,18 +297,18 @@ def drop_unused_constants(source: str) -> str:
         else:
             unused = [d for d in found if shape.uses[code[d[0]].text] == 1]
         if len(unused) == len(found):
-            a, b = code[start].start, code[found[-1][1] + 1].end
+            a, b = at(start), end_of(found[-1][1] + 1)
             ls = line_start(source, a)
             if not source[ls:a].strip() and rest_is_comment(source, b):
                 a, b = ls, min(len(source), line_end(source, b) + 1)
             edits.append((a, b, ""))
         elif unused:  # the others, each after the separator that came before it
             kept = [d for d in found if d not in unused]
-            text = source[code[kept[0][0]].start:code[kept[0][1]].end]
+            text = source[at(kept[0][0]):end_of(kept[0][1])]
             for d in kept[1:]:
                 before = found[found.index(d) - 1]
-                text += source[code[before[1]].end:code[d[0]].start] + source[code[d[0]].start:code[d[1]].end]
-            edits.append((code[found[0][0]].start, code[found[-1][1]].end, text))
+                text += source[end_of(before[1]):at(d[0])] + source[at(d[0]):end_of(d[1])]
+            edits.append((at(found[0][0]), end_of(found[-1][1]), text))
     return splice(source, edits)
 
 
