@@ -49,20 +49,22 @@ _new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new
 
 
 class Placed:
-    """Tokens in order and where each lies in its text: tokens[n] starts at starts[n] plus the
-    shift of its run (the last r with firsts[r] <= n). splice moves the tokens after an edit by
-    giving them a run, not by making each anew."""
+    """Tokens in order (``texts`` and ``kinds`` theirs) and where each lies in its text: tokens[n]
+    starts at starts[n] plus the shift of its run (the last r with firsts[r] <= n). splice moves
+    the tokens after an edit by giving them a run, not by making each anew."""
 
-    __slots__ = ("tokens", "starts", "firsts", "shifts")
+    __slots__ = ("tokens", "texts", "kinds", "starts", "firsts", "shifts")
 
-    def __init__(self, tokens: list[Token], starts: list[int], firsts: list[int], shifts: list[int]):
-        self.tokens, self.starts, self.firsts, self.shifts = tokens, starts, firsts, shifts
+    def __init__(self, tokens: list[Token], texts: list[str], kinds: list[str], starts: list[int],
+                 firsts: list[int], shifts: list[int]):
+        self.tokens, self.texts, self.kinds, self.starts = tokens, texts, kinds, starts
+        self.firsts, self.shifts = firsts, shifts
 
     def start(self, n: int) -> int:
         return self.starts[n] + self.shifts[bisect.bisect_right(self.firsts, n) - 1]
 
     def end(self, n: int) -> int:
-        return self.start(n) + len(self.tokens[n].text)
+        return self.start(n) + len(self.texts[n])
 
     def first_ending_after(self, pos: int) -> int:
         return bisect.bisect_right(range(len(self.tokens)), pos, key=self.end)
@@ -73,38 +75,28 @@ class Placed:
 
 
 class _Placing:
-    """A Placed being made, token by token or a run of another's at a time."""
+    """A Placed being made, a run of another's tokens at a time."""
 
     def __init__(self):
-        self.tokens, self.starts, self.firsts, self.shifts = [], [], [], []
-
-    def _run(self, shift: int):
-        """The tokens added next are off by shift."""
-        if self.firsts and self.firsts[-1] == len(self.tokens):  # the last run has no tokens
-            self.firsts.pop()
-            self.shifts.pop()
-        if not self.shifts or self.shifts[-1] != shift:
-            self.firsts.append(len(self.tokens))
-            self.shifts.append(shift)
-
-    def add(self, tokens: list[Token], starts: list[int]):
-        """Tokens that lie at starts."""
-        self._run(0)
-        self.tokens += tokens
-        self.starts += starts
+        self.tokens, self.texts, self.kinds, self.starts, self.firsts, self.shifts = [], [], [], [], [], []
 
     def move(self, placed: Placed, a: int, b: int, by: int):
         """placed's tokens [a, b), moved by ``by`` characters."""
         r = bisect.bisect_right(placed.firsts, a) - 1
         while a < b:
             until = min(b, placed.firsts[r + 1]) if r + 1 < len(placed.firsts) else b
-            self._run(placed.shifts[r] + by)
+            shift = placed.shifts[r] + by
+            if not self.shifts or self.shifts[-1] != shift:
+                self.firsts.append(len(self.tokens))
+                self.shifts.append(shift)
             self.tokens += placed.tokens[a:until]
+            self.texts += placed.texts[a:until]
+            self.kinds += placed.kinds[a:until]
             self.starts += placed.starts[a:until]
             a, r = until, r + 1
 
     def done(self) -> Placed:
-        return Placed(self.tokens, self.starts, self.firsts or [0], self.shifts or [0])
+        return Placed(self.tokens, self.texts, self.kinds, self.starts, self.firsts or [0], self.shifts or [0])
 
 
 class Read:
@@ -127,10 +119,10 @@ _KNOWN_MAX = 8
 _KNOWN_LOCK = threading.Lock()  # tuners and tests trim in several threads at once
 
 
-def _scan(text: str, pos: int, endpos: int) -> tuple[list[Token], list[int], list[Token], list[int]]:
-    """The tokens of text[pos:endpos], pos a line's start: those but comments and their offsets in
-    text, and the comments and theirs."""
-    code, starts, comments, comment_starts = [], [], [], []
+def _scan(text: str, pos: int, endpos: int) -> Read:
+    """The tokens of text[pos:endpos], pos a line's start, at their offsets in text."""
+    code, texts, kinds, starts = [], [], [], []
+    comments, comment_texts, comment_starts = [], [], []
     while True:
         for m in _TOKEN.finditer(text, pos, endpos):
             a, b = m.span(1)
@@ -147,31 +139,36 @@ def _scan(text: str, pos: int, endpos: int) -> tuple[list[Token], list[int], lis
                 elif first == "/":
                     if token[1:2] in ("/", "*"):
                         comments.append(_new_token(Token, ("comment", token)))
+                        comment_texts.append(token)
                         comment_starts.append(a)
                         continue
                     kind = "punct"
                 elif first == ".":
                     kind = "num" if len(token) > 1 and token[1] != "." else "punct"
                 elif text[text.rfind("\n", 0, a) + 1:a].strip(" \t"):  # `#` not starting its line
-                    code.append(_new_token(Token, ("punct", text[a:a + 1 + (token[1:2] == "#")])))
+                    pos = a + 1 + (token[1:2] == "#")
+                    code.append(_new_token(Token, ("punct", text[a:pos])))
+                    texts.append(text[a:pos])
+                    kinds.append("punct")
                     starts.append(a)
-                    pos = a + len(code[-1].text)
                     break  # and read on after it
                 else:
                     kind = "pp"
             if kind == "bad":
                 raise ValueError(f"cannot tokenize at {text[a:a + 20]!r}")
             code.append(_new_token(Token, (kind, token)))
+            texts.append(token)
+            kinds.append(kind)
             starts.append(a)
         else:
-            return code, starts, comments, comment_starts
+            return Read(Placed(code, texts, kinds, starts, [0], [0]),
+                        Placed(comments, comment_texts, ["comment"] * len(comments), comment_starts, [0], [0]))
 
 
 def scan(text: str) -> Read:
     """The tokens of C++ source, comments apart; a preprocessor directive is one ``pp`` token.
     Raises ValueError at a character no token starts with."""
-    code, starts, comments, comment_starts = _scan(text, 0, len(text))
-    return Read(Placed(code, starts, [0], [0]), Placed(comments, comment_starts, [0], [0]))
+    return _scan(text, 0, len(text))
 
 
 def _remember(text: str, found: Read) -> Read:
@@ -234,8 +231,8 @@ def splice(source: str, edits) -> str:
         before = old.comments.first_ending_after(ra)
         comments.move(old.comments, c, before, shift)
         scanned = _scan(new, ra + shift, rb + shift + change)
-        code.add(scanned[0], scanned[1])
-        comments.add(scanned[2], scanned[3])
+        code.move(scanned.code, 0, len(scanned.code.tokens), 0)
+        comments.move(scanned.comments, 0, len(scanned.comments.tokens), 0)
         k, c = old.code.first_ending_after(rb), old.comments.first_ending_after(rb)
         shift += change
     code.move(old.code, k, len(old.code.tokens), shift)
@@ -379,6 +376,9 @@ def brace_kind(code, i: int) -> tuple[str, str | None]:
     return "block", None
 
 
+_NESTING_MARKS = {"{", "}", ";"}  # and directives: the tokens where Shape's nesting may change
+
+
 class Shape:
     """Facts of a file's code (its tokens but comments), each worked out where first asked for:
     ``parent[n]``, the `{` around code[n] (-1: none); ``start[n]``, the first token of the
@@ -388,12 +388,7 @@ class Shape:
 
     def __init__(self, placed: Placed):
         self.placed = placed  # where each token lies
-        self.code = code = placed.tokens
-        self.texts = [t.text for t in code]
-
-    @cached_property
-    def kinds(self) -> list[str]:
-        return [t.kind for t in self.code]
+        self.code, self.texts, self.kinds = placed.tokens, placed.texts, placed.kinds
 
     @cached_property
     def uses(self) -> Counter:
@@ -417,8 +412,8 @@ class Shape:
         parent, start = [], []
         stack, brace, begin, blocks = [], -1, 0, 0  # per open brace: its index and whether it is a namespace's
         placed = 0  # tokens placed: those between the marks take the values the mark before them left
-        texts = self.texts
-        for n in sorted(indices(texts, "{") + indices(texts, "}") + indices(texts, ";") + indices(self.kinds, "pp")):
+        marks = [n for n, x in enumerate(self.texts) if x in _NESTING_MARKS]
+        for n in sorted(marks + indices(self.kinds, "pp")) if "pp" in self.kinds else marks:
             parent += [brace] * (n - placed)
             start += [begin] * (n - placed)
             placed = n + 1
