@@ -191,8 +191,9 @@ def splice(source: str, edits) -> str:
     """``source`` with each (a, b, text) of ``edits`` applied: source[a:b] replaced by text. The
     edits do not overlap. The result's tokens are source's outside the lines the edits touch
     (moved by what the edits before them added or removed) and those lines' tokens scanned
-    again; read then finds them. A token of source that crosses such a line's edge widens the
-    lines scanned, so the tokens are those scan would find."""
+    again; read then finds them. The line an edit ends on counts as touched, even at its start,
+    but where the edit only removes whole lines. A token of source that crosses such a line's
+    edge widens the lines scanned, so the tokens are those scan would find."""
     edits = sorted(edits)
     if not edits:
         return source
@@ -206,7 +207,10 @@ def splice(source: str, edits) -> str:
     new = "".join(pieces)
     regions = []  # [first line's start, last line's end + 1) of source, the size change of its edits
     for a, b, text in edits:
-        ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
+        if not text and line_start(source, a) == a and line_start(source, b) == b:
+            ra, rb = a, b  # whole lines removed: the line after them reads as it did
+        else:
+            ra, rb = line_start(source, a), min(len(source), line_end(source, b) + 1)
         widened = True
         while widened:  # to whole tokens
             widened = False

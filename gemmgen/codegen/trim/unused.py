@@ -15,6 +15,7 @@ its struct, as S::X, or after `.` or `->`), whole declarations or single declara
 """
 
 import bisect
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -52,26 +53,28 @@ class _Item:
 
 def drop_unused_definitions(source: str) -> str:
     shape = shape_of(source)
-    code = shape.code
+    code, texts = shape.code, shape.texts
     try:
-        items = _items(code)
+        items = _items(shape)
     except Unreadable:
         return source
     by_name: dict[str, list[_Item]] = {}
     for item in items:
         for name in item.names:
             by_name.setdefault(name, []).append(item)
+    directives = indices(shape.kinds, "pp")
     todo, seen = [item for item in items if item.root], set()
     while todo:
         item = todo.pop()
         if item.live:
             continue
         item.live = True
-        for t in code[item.first:item.last + 1]:
-            for name in names_in(t):
-                if name not in seen:
-                    seen.add(name)
-                    todo += by_name.get(name, [])
+        names = set(texts[item.first:item.last + 1])  # an identifier's text is no other token's
+        for n in directives[bisect.bisect_left(directives, item.first):bisect.bisect_right(directives, item.last)]:
+            names.update(names_in(code[n]))
+        for name in names - seen:
+            todo += by_name.get(name, [])
+        seen |= names
     opened = []
     for n, item in enumerate(items):
         if item.kind == "ns_open":
@@ -83,13 +86,31 @@ def drop_unused_definitions(source: str) -> str:
     return _cut(source, shape.placed, items)
 
 
-def _items(code) -> list[_Item]:
-    """The namespace-scope declarations of code, in order."""
-    macros = {}  # object-like macros: GG_DEVICE -> __device__ __forceinline__
-    for t in code:
-        m = re.match(r"#\s*define\s+(\w+)(?!\()\s+(.*)", t.text) if t.kind == "pp" else None
-        if m:
-            macros[m[1]] = m[2].split()
+class _Macros:
+    """A file's object-like macros (GG_DEVICE -> __device__ __forceinline__), for reading the words
+    of a declaration as the compiler does."""
+
+    def __init__(self, shape: Shape):
+        self.words: dict[str, list[str]] = {}
+        for n in indices(shape.kinds, "pp"):
+            m = re.match(r"#\s*define\s+(\w+)(?!\()\s+(.*)", shape.texts[n])
+            if m:
+                self.words[m[1]] = m[2].split()
+        self.extra = {name: len(words) - 1 for name, words in self.words.items()}  # words more than tokens
+        # the tokens whose words hold __global__
+        self.global_ = {name for name, words in self.words.items() if "__global__" in words}
+        self.global_ |= {"__global__"} - self.words.keys()
+
+    def expanded(self, texts: list[str], i: int, j: int):
+        """The words of the tokens texts[i] .. texts[j], one at a time."""
+        for n in range(i, j + 1):
+            yield from self.words.get(texts[n], (texts[n],))
+
+
+def _items(shape: Shape) -> list[_Item]:
+    """The namespace-scope declarations of the code, in order."""
+    code = shape.code
+    macros = _Macros(shape)
     items, opened, i = [], 0, 0
     while i < len(code):
         t = code[i]
@@ -106,7 +127,7 @@ def _items(code) -> list[_Item]:
             i += 1
         else:
             j = _declaration_end(code, i)
-            items.append(_classify(code, i, j, bool(opened), macros))
+            items.append(_classify(shape, i, j, bool(opened), macros))
             i = j + 1
     return items
 
@@ -133,11 +154,11 @@ def _declaration_end(code, i: int) -> int:
         j += 1
 
 
-def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
+def _classify(shape: Shape, i: int, j: int, in_anonymous: bool, macros: _Macros) -> _Item:
     """The item of the declaration code[i] .. code[j]: the names it declares, and whether it is
-    a root."""
+    a root. Its words are its tokens with the macros expanded."""
+    code, texts = shape.code, shape.texts
     toks = code[i:j + 1]
-    words = [w for t in toks for w in macros.get(t.text, [t.text])]
     root = _Item(i, j)
     k, templated = 0, False
     if toks[0].text == "template":
@@ -145,7 +166,7 @@ def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
         templated = k > 3  # template <...> with parameters, not an explicit specialization
     while k + 1 < len(toks) and toks[k].text == "[" and toks[k + 1].text == "[":
         k = match(code, i + k) - i + 1
-    if k >= len(toks) or "__global__" in words:
+    if k >= len(toks) or not macros.global_.isdisjoint(texts[i:j + 1]):  # __global__ among its words
         return root
     first = toks[k].text
     if first == "extern" and k + 1 < len(toks) and toks[k + 1].kind == "str":
@@ -197,10 +218,14 @@ def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
     if n < k or toks[n].kind != "id" or "operator" in [t.text for t in toks[k:m]]:
         return root
     if toks[m].text == "(":  # droppable: inline, internal, a template, or a declaration only
-        head = words[:words.index("(")]
+        head = itertools.takewhile(lambda w: w != "(", macros.expanded(texts, i, j))  # the words before the first (
         droppable = in_anonymous or templated or bool(_INLINE & set(head)) or toks[-1].text == ";"
         return _Item(i, j, names=(toks[n].text,), root=not droppable)
-    head = set(words[:m + len(words) - len(toks)])
+    count = m + sum(map(macros.extra.get, texts[i:j + 1], itertools.repeat(0)))  # m + len(words) - len(toks)
+    if count >= 0:
+        head = set(itertools.islice(macros.expanded(texts, i, j), count))
+    else:
+        head = set(list(macros.expanded(texts, i, j))[:count])
     droppable = ("constexpr" in head or "extern" in head and toks[m].text != "=") and not (
         head & {"__device__", "__constant__", "__managed__"})  # those define device symbols
     depth, names = 0, [toks[n].text]
