@@ -81,7 +81,7 @@ def would_change_captures(shape: Shape, decided: Decided) -> bool:
     _, live, last = _parts(code, decided)
     removed = set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
     names = {code[n].text for n in removed if code[n].kind == "id" and code[n - 1].text not in (".", "->", "::")}
-    start = shape.start[decided.index]
+    start = shape.start(decided.index)
     for brace in shape.braces_around(decided.index):
         intro = shape.lambda_introducer(brace)
         if intro is None or code[intro + 1].text not in ("&", "=") or code[intro + 2].text not in (",", "]"):
@@ -159,7 +159,7 @@ def _ends_block_unclashing(shape: Shape, i: int, last: int, b0: int, b1: int) ->
     if last + 1 >= len(code) or code[last + 1].text != "}":
         return False
     declared = {code[n].text for n in shape.declared_in(b0 + 1, b1)}
-    return not any(code[n].kind == "id" and code[n].text in declared for n in range(shape.start[i], i))
+    return not any(code[n].kind == "id" and code[n].text in declared for n in range(shape.start(i), i))
 
 
 def _comments_between(comments: Placed, a: int, b: int) -> list[Token]:

@@ -162,9 +162,9 @@ def decided_conditions(shape: Shape) -> list[Decided]:
     opened: list[tuple[str, str | None]] = []  # per open brace, brace_kind's
     found = []
     declared = set(shape.declared)
-    # the tokens that may change what is known (the others are stepped over): directives (and a
-    # stray `#`), the words and braces below, and what may be a declarator
-    steps = sorted(declared.union([i for i, x in enumerate(texts) if x in _STEPS or x[0] == "#"]))
+    # the tokens that may change what is known (the others are stepped over): directives, the words
+    # and braces below, and what may be a declarator
+    steps = sorted(declared.union([i for i, x in enumerate(texts) if x in _STEPS], indices(shape.kinds, "pp")))
     p = 0
     while p < len(steps):
         i = steps[p]

@@ -380,15 +380,13 @@ def brace_kind(code, i: int) -> tuple[str, str | None]:
     return "block", None
 
 
-_NESTING_MARKS = {"{", "}", ";"}  # and directives: the tokens where Shape's nesting may change
+_NESTING_MARKS = {"{", "}", ";"}  # and directives: the tokens that end a namespace-scope declaration
 
 
 class Shape:
     """Facts of a file's code (its tokens but comments), each worked out where first asked for:
-    ``parent[n]``, the `{` around code[n] (-1: none); ``start[n]``, the first token of the
-    namespace-scope declaration around it (its function); ``declared``, the identifiers that may be
-    names being declared there (a parameter, a template parameter, a variable, a type): a
-    type-like word before them, `=` `;` `,` `)` and the like after, erring towards yes."""
+    where a token lies among the braces (parent, start), which identifiers may be names being
+    declared there (``declared``) and how often each name is named (``uses``)."""
 
     def __init__(self, placed: Placed):
         self.placed = placed  # where each token lies
@@ -402,44 +400,50 @@ class Shape:
             uses.update(names_in(self.code[n]))
         return uses
 
-    @property
-    def parent(self) -> list[int]:
-        return self._nesting[0]
-
-    @property
-    def start(self) -> list[int]:
-        return self._nesting[1]
-
     @cached_property
-    def _nesting(self) -> tuple[list[int], list[int]]:
-        code = self.code
-        parent, start = [], []
-        stack, brace, begin, blocks = [], -1, 0, 0  # per open brace: its index and whether it is a namespace's
-        placed = 0  # tokens placed: those between the marks take the values the mark before them left
-        marks = [n for n, x in enumerate(self.texts) if x in _NESTING_MARKS]
-        for n in sorted(marks + indices(self.kinds, "pp")) if "pp" in self.kinds else marks:
-            parent += [brace] * (n - placed)
-            start += [begin] * (n - placed)
-            placed = n + 1
-            text = code[n].text
-            if text == "}" and stack:
-                blocks -= not stack.pop()[1]
-                brace = stack[-1][0] if stack else -1
-            parent.append(brace)
-            start.append(begin)
-            if text == "{":
-                namespace = code[n - 1].text == "namespace" or n > 1 and code[n - 2].text == "namespace"
-                stack.append((n, namespace))
-                blocks += not namespace
-                brace = n
-            if blocks == 0:
-                begin = n + 1
-        parent += [brace] * (len(code) - placed)
-        start += [begin] * (len(code) - placed)
-        return parent, start
+    def _braces(self) -> tuple[list[int], list[int]]:
+        """The braces of the code in order, and the innermost `{` open after each (-1: none)."""
+        texts = self.texts
+        braces, after, stack = sorted(indices(texts, "{") + indices(texts, "}")), [], []
+        for n in braces:
+            if texts[n] == "{":
+                stack.append(n)
+            elif stack:
+                stack.pop()
+            after.append(stack[-1] if stack else -1)
+        return braces, after
+
+    def parent(self, n: int) -> int:
+        """The `{` around code[n] (-1: none); for a brace, the one around the block it opens or closes."""
+        braces, after = self._braces
+        k = bisect.bisect_left(braces, n)  # braces[:k] come before n
+        if k < len(braces) and braces[k] == n and self.texts[n] == "}":
+            return after[k]
+        return after[k - 1] if k else -1
+
+    def start(self, n: int) -> int:
+        """The first token of the namespace-scope declaration around code[n] (its function's)."""
+        texts, kinds = self.texts, self.kinds
+        outermost = n  # the outermost block around n but namespaces' (n where none)
+        brace = self.parent(n)
+        if texts[n] == "}":  # it lies in the block it closes: the one open before it
+            braces, after = self._braces
+            k = bisect.bisect_left(braces, n)
+            brace = after[k - 1] if k else -1
+        while brace >= 0:
+            if not (texts[brace - 1] == "namespace" or brace > 1 and texts[brace - 2] == "namespace"):
+                outermost = brace
+            brace = self.parent(brace)
+        k = outermost - 1  # the mark before it: a `;`, a brace or a directive
+        while k >= 0 and texts[k] not in _NESTING_MARKS and kinds[k] != "pp":
+            k -= 1
+        return k + 1
 
     @cached_property
     def declared(self) -> list[int]:
+        """The identifiers that may be names being declared there (a parameter, a template parameter,
+        a variable, a type): a type-like word before them, `=` `;` `,` `)` and the like after, erring
+        towards yes."""
         texts, kinds = self.texts, self.kinds
         return [i for i in range(1, len(texts) - 1)
                 if kinds[i] == "id" and texts[i + 1] in _AFTER_A_DECLARATOR
@@ -454,10 +458,10 @@ class Shape:
     def braces_around(self, n: int) -> list[int]:
         """The `{` around code[n], innermost first."""
         out = []
-        brace = self.parent[n]
+        brace = self.parent(n)
         while brace >= 0:
             out.append(brace)
-            brace = self.parent[brace]
+            brace = self.parent(brace)
         return out
 
     def lambda_introducer(self, brace: int) -> int | None:

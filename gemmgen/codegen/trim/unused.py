@@ -315,7 +315,7 @@ def drop_unused_constants(source: str) -> str:
             continue
         if not found:
             continue
-        brace = shape.parent[i]
+        brace = shape.parent(i)
         kind, struct = brace_kind(code, brace) if brace >= 0 else ("block", None)
         if kind == "struct" and struct:
             unused = [d for d in found if not _member_named(shape, brace, struct, d[0])]
