@@ -1,32 +1,41 @@
 """Reading C++ text as far as trimming needs: tokens, brackets, statements, declarators, the
-nesting of braces, and lines. What does not read as expected raises Unreadable, and the caller
-leaves that code as it is."""
+nesting of braces, and lines. A token is its text and its kind, kept in lists side by side (a
+file has ~20K tokens: an object for each costs more than all the reading). What does not read as
+expected raises Unreadable, and the caller leaves that code as it is."""
 
 import bisect
 import re
 import threading
 from collections import Counter
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from itertools import accumulate, compress
+from operator import itemgetter
 
 _PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
                  "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", "{", "}", "(", ")", "[", "]", ";", ":", ",",
                  ".", "?", "!", "~", "+", "-", "*", "/", "%", "&", "|", "^", "=", "<", ">", "#"], key=len, reverse=True)
-_TOKEN = re.compile(  # whitespace, then a token (none at the end); group 1 is the token
-    r"[ \t\r\f\v\n]*("
-    r"//[^\n]*|/\*.*?\*/"  # a comment
-    r"|(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"  # a string or character literal
-    r"|\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*"  # a number
+# A token. Where alternatives can start alike, the first to match is the right one: a prefixed
+# string before an identifier, a comment or a number before punctuation, a directive before `#`;
+# punctuation takes its longest form (_PUNCT's, as a tree by first character). Each alternative
+# starts with a character or a set, which the regex engine checks before trying it. Between
+# tokens, re.split leaves the whitespace: every other character starts a token, the last
+# alternative's where no other does.
+_TOKEN = re.compile(
+    r"([(){}\[\];,?~]"
+    r"|u8?\"(?:\\.|[^\"\\\n])*\"|[UL]\"(?:\\.|[^\"\\\n])*\""
     r"|[A-Za-z_][A-Za-z0-9_]*"
+    r"|[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*|\.[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*"
+    r"|//[^\n]*|/\*.*?\*/"
+    r"|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"
     r"|#(?:\\\n|[^\n])*"  # a directive: to its line's end, continuations included (if `#` starts its line)
-    r"|" + "|".join(re.escape(p) for p in _PUNCT if len(p) > 1)
-    + "|[" + "".join(re.escape(p) for p in _PUNCT if len(p) == 1) + "]"
-    r"|.)?",  # a character no token starts with
+    r"|<(?:<=?|=)?|>(?:>=?|=)?|\.(?:\.\.)?|-(?:>\*?|[-=])?|::?|\+[+=]?|==?|!=?|&[&=]?|\|[|=]?|\*=?|/=?|%=?|\^=?"
+    r"|[^ \t\r\f\v\n])",  # a character no token starts with
     re.DOTALL)
 # The kind of a token by its first character; None: it takes a second look (_scan)
 _KIND_OF_FIRST = {**{c: "id" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"},
                   **{c: "num" for c in "0123456789"}, **{p: "punct" for p in _PUNCT if len(p) == 1},
                   **{c: None for c in "uUL\"'/.#"}}
+_FIRST = itemgetter(0)
 
 # Bytes of the fundamental types the templates name (CUDA's, on every target)
 SIZEOF = {"char": 1, "bool": 1, "short": 2, "int": 4, "unsigned": 4, "float": 4, "double": 8, "__half": 2,
@@ -40,25 +49,16 @@ class Unreadable(Exception):
     """Code that does not read as the trimmer expects: left as it is."""
 
 
-class Token(NamedTuple):
-    kind: str  # id, num, str, punct, comment, pp (a whole preprocessor directive)
-    text: str
-
-
-_new_token = tuple.__new__  # Token(...) without NamedTuple's Python-level __new__: files have ~20K tokens
-
-
 class Placed:
-    """Tokens in order (``texts`` and ``kinds`` theirs) and where each lies in its text: tokens[n]
-    starts at starts[n] plus the shift of its run (the last r with firsts[r] <= n). splice moves
-    the tokens after an edit by giving them a run, not by making each anew."""
+    """Tokens in order -- ``texts`` and ``kinds`` (id, num, str, punct, comment, pp: a whole
+    preprocessor directive) -- and where each lies in its text: token n starts at starts[n] plus
+    the shift of its run (the last r with firsts[r] <= n). splice moves the tokens after an edit
+    by giving them a run, not by adding to each token's start."""
 
-    __slots__ = ("tokens", "texts", "kinds", "starts", "firsts", "shifts")
+    __slots__ = ("texts", "kinds", "starts", "firsts", "shifts")
 
-    def __init__(self, tokens: list[Token], texts: list[str], kinds: list[str], starts: list[int],
-                 firsts: list[int], shifts: list[int]):
-        self.tokens, self.texts, self.kinds, self.starts = tokens, texts, kinds, starts
-        self.firsts, self.shifts = firsts, shifts
+    def __init__(self, texts: list[str], kinds: list[str], starts: list[int], firsts: list[int], shifts: list[int]):
+        self.texts, self.kinds, self.starts, self.firsts, self.shifts = texts, kinds, starts, firsts, shifts
 
     def start(self, n: int) -> int:
         return self.starts[n] + self.shifts[bisect.bisect_right(self.firsts, n) - 1]
@@ -67,18 +67,18 @@ class Placed:
         return self.start(n) + len(self.texts[n])
 
     def first_ending_after(self, pos: int) -> int:
-        return bisect.bisect_right(range(len(self.tokens)), pos, key=self.end)
+        return bisect.bisect_right(range(len(self.texts)), pos, key=self.end)
 
     def offsets(self) -> list[tuple[str, str, int, int]]:
         """(kind, text, start, end) of each token."""
-        return [(t.kind, t.text, self.start(n), self.end(n)) for n, t in enumerate(self.tokens)]
+        return [(kind, text, self.start(n), self.end(n)) for n, (kind, text) in enumerate(zip(self.kinds, self.texts))]
 
 
 class _Placing:
     """A Placed being made, a run of another's tokens at a time."""
 
     def __init__(self):
-        self.tokens, self.texts, self.kinds, self.starts, self.firsts, self.shifts = [], [], [], [], [], []
+        self.texts, self.kinds, self.starts, self.firsts, self.shifts = [], [], [], [], []
 
     def move(self, placed: Placed, a: int, b: int, by: int):
         """placed's tokens [a, b), moved by ``by`` characters."""
@@ -87,16 +87,15 @@ class _Placing:
             until = min(b, placed.firsts[r + 1]) if r + 1 < len(placed.firsts) else b
             shift = placed.shifts[r] + by
             if not self.shifts or self.shifts[-1] != shift:
-                self.firsts.append(len(self.tokens))
+                self.firsts.append(len(self.texts))
                 self.shifts.append(shift)
-            self.tokens += placed.tokens[a:until]
             self.texts += placed.texts[a:until]
             self.kinds += placed.kinds[a:until]
             self.starts += placed.starts[a:until]
             a, r = until, r + 1
 
     def done(self) -> Placed:
-        return Placed(self.tokens, self.texts, self.kinds, self.starts, self.firsts or [0], self.shifts or [0])
+        return Placed(self.texts, self.kinds, self.starts, self.firsts or [0], self.shifts or [0])
 
 
 class Read:
@@ -121,48 +120,48 @@ _KNOWN_LOCK = threading.Lock()  # tuners and tests trim in several threads at on
 
 def _scan(text: str, pos: int, endpos: int) -> Read:
     """The tokens of text[pos:endpos], pos a line's start, at their offsets in text."""
-    code, texts, kinds, starts = [], [], [], []
-    comments, comment_texts, comment_starts = [], [], []
-    while True:
-        for m in _TOKEN.finditer(text, pos, endpos):
-            a, b = m.span(1)
-            if a < 0:
-                continue  # whitespace that ends the text
-            token = text[a:b]
+    texts, kinds, starts, comments, comment_starts = [], [], [], [], []
+    while pos is not None:
+        parts = _TOKEN.split(text[pos:endpos])  # whitespace, a token, whitespace, ...
+        found = parts[1::2]
+        at = list(accumulate(map(len, parts), initial=pos))[1::2]
+        kind = list(map(_KIND_OF_FIRST.get, map(_FIRST, found)))
+        dropped, after = [], None  # the comments; where to read on after a `#` that does not start its line
+        for n in indices(kind, None):  # which alternative matched?
+            token = found[n]
             first = token[0]
-            kind = _KIND_OF_FIRST.get(first, "bad")
-            if kind is None:  # the regex took the first alternative that matches: which was it?
-                if first in "uUL":
-                    kind = "str" if token[-1] == '"' else "id"
-                elif first in "\"'":
-                    kind = "str" if len(token) > 1 else "bad"
-                elif first == "/":
-                    if token[1:2] in ("/", "*"):
-                        comments.append(_new_token(Token, ("comment", token)))
-                        comment_texts.append(token)
-                        comment_starts.append(a)
-                        continue
-                    kind = "punct"
-                elif first == ".":
-                    kind = "num" if len(token) > 1 and token[1] != "." else "punct"
-                elif text[text.rfind("\n", 0, a) + 1:a].strip(" \t"):  # `#` not starting its line
-                    pos = a + 1 + (token[1:2] == "#")
-                    code.append(_new_token(Token, ("punct", text[a:pos])))
-                    texts.append(text[a:pos])
-                    kinds.append("punct")
-                    starts.append(a)
-                    break  # and read on after it
-                else:
-                    kind = "pp"
-            if kind == "bad":
-                raise ValueError(f"cannot tokenize at {text[a:a + 20]!r}")
-            code.append(_new_token(Token, (kind, token)))
-            texts.append(token)
-            kinds.append(kind)
-            starts.append(a)
-        else:
-            return Read(Placed(code, texts, kinds, starts, [0], [0]),
-                        Placed(comments, comment_texts, ["comment"] * len(comments), comment_starts, [0], [0]))
+            if first in "uUL":
+                kind[n] = "str" if token[-1] == '"' else "id"
+            elif first in "\"'":
+                kind[n] = "str" if len(token) > 1 else "bad"
+            elif first == "/":
+                kind[n] = "comment" if token[1:2] in ("/", "*") else "punct"
+                if kind[n] == "comment":
+                    dropped.append(n)
+            elif first == ".":
+                kind[n] = "num" if len(token) > 1 and token[1] != "." else "punct"
+            elif first != "#":
+                kind[n] = "bad"
+            elif text[text.rfind("\n", 0, at[n]) + 1:at[n]].strip(" \t"):  # `#` not starting its line
+                after = at[n] + 1 + (token[1:2] == "#")
+                found[n:], kind[n:], at[n:] = [text[at[n]:after]], ["punct"], [at[n]]
+                break
+            else:
+                kind[n] = "pp"
+        if "bad" in kind:
+            n = at[kind.index("bad")]
+            raise ValueError(f"cannot tokenize at {text[n:n + 20]!r}")
+        if dropped:
+            comments += [found[n] for n in dropped]
+            comment_starts += [at[n] for n in dropped]
+            kept = list(map("comment".__ne__, kind))
+            found, kind, at = list(compress(found, kept)), list(compress(kind, kept)), list(compress(at, kept))
+        texts += found
+        kinds += kind
+        starts += at
+        pos = after
+    return Read(Placed(texts, kinds, starts, [0], [0]),
+                Placed(comments, ["comment"] * len(comments), comment_starts, [0], [0]))
 
 
 def scan(text: str) -> Read:
@@ -216,10 +215,10 @@ def splice(source: str, edits) -> str:
             widened = False
             for placed in both:
                 i = placed.first_ending_after(ra)
-                if i < len(placed.tokens) and placed.start(i) < ra:
+                if i < len(placed.texts) and placed.start(i) < ra:
                     ra, widened = line_start(source, placed.start(i)), True
-                j = bisect.bisect_left(range(len(placed.tokens)), rb, key=placed.end)  # the first ending at or after rb
-                if j < len(placed.tokens) and placed.start(j) < rb < placed.end(j):
+                j = bisect.bisect_left(range(len(placed.texts)), rb, key=placed.end)  # the first ending at or after rb
+                if j < len(placed.texts) and placed.start(j) < rb < placed.end(j):
                     rb, widened = min(len(source), line_end(source, placed.end(j)) + 1), True
         change = len(text) - (b - a)
         while regions and ra <= regions[-1][1]:  # it meets the lines of the edits before it
@@ -235,12 +234,12 @@ def splice(source: str, edits) -> str:
         before = old.comments.first_ending_after(ra)
         comments.move(old.comments, c, before, shift)
         scanned = _scan(new, ra + shift, rb + shift + change)
-        code.move(scanned.code, 0, len(scanned.code.tokens), 0)
-        comments.move(scanned.comments, 0, len(scanned.comments.tokens), 0)
+        code.move(scanned.code, 0, len(scanned.code.texts), 0)
+        comments.move(scanned.comments, 0, len(scanned.comments.texts), 0)
         k, c = old.code.first_ending_after(rb), old.comments.first_ending_after(rb)
         shift += change
-    code.move(old.code, k, len(old.code.tokens), shift)
-    comments.move(old.comments, c, len(old.comments.tokens), shift)
+    code.move(old.code, k, len(old.code.texts), shift)
+    comments.move(old.comments, c, len(old.comments.texts), shift)
     _remember(new, Read(code.done(), comments.done()))
     return new
 
@@ -262,20 +261,18 @@ def indices(items: list, value) -> list[int]:
         return out
 
 
-def names_in(token: Token) -> list[str]:
-    """The identifiers a token names: itself, or those in a directive."""
-    if token.kind == "pp":
-        return re.findall(r"[A-Za-z_]\w*", token.text)
-    return [token.text] if token.kind == "id" else []
+def directive_names(text: str) -> list[str]:
+    """The identifiers in a directive."""
+    return re.findall(r"[A-Za-z_]\w*", text)
 
 
 # ---- brackets and statements ----------------------------------------------------------------------
 
-def match(code, i: int) -> int:
-    """Index of the bracket closing code[i]."""
+def match(texts: list[str], i: int) -> int:
+    """Index of the bracket closing texts[i]."""
     depth = 0
-    for j in range(i, len(code)):
-        t = code[j].text
+    for j in range(i, len(texts)):
+        t = texts[j]
         if t in OPEN:
             depth += 1
         elif t in (")", "]", "}"):
@@ -285,46 +282,46 @@ def match(code, i: int) -> int:
     raise Unreadable
 
 
-def skip_angles(code, k: int) -> int:
-    """Index after the template parameter list that starts at code[k] (`<`)."""
+def skip_angles(texts: list[str], k: int) -> int:
+    """Index after the template parameter list that starts at texts[k] (`<`)."""
     depth = 0
-    while k < len(code):
-        depth += {"<": 1, ">": -1, ">>": -2}.get(code[k].text, 0)
-        if code[k].text in ("(", "["):
-            k = match(code, k)
+    while k < len(texts):
+        depth += {"<": 1, ">": -1, ">>": -2}.get(texts[k], 0)
+        if texts[k] in ("(", "["):
+            k = match(texts, k)
         k += 1
         if depth <= 0:
             return k
     raise Unreadable
 
 
-def statement_end(code, i: int) -> int:
-    """Index of the last token of the statement that starts at code[i] (directives before it,
+def statement_end(texts: list[str], kinds: list[str], i: int) -> int:
+    """Index of the last token of the statement that starts at token i (directives before it,
     such as #pragma unroll, belong to it)."""
-    while code[i].kind == "pp":
+    while kinds[i] == "pp":
         i += 1
-    t = code[i].text
+    t = texts[i]
     if t == "{":
-        return match(code, i)
+        return match(texts, i)
     if t == "if":
-        end = statement_end(code, match(code, i + 1 + (code[i + 1].text == "constexpr")) + 1)
-        if end + 1 < len(code) and code[end + 1].text == "else":
-            end = statement_end(code, end + 2)
+        end = statement_end(texts, kinds, match(texts, i + 1 + (texts[i + 1] == "constexpr")) + 1)
+        if end + 1 < len(texts) and texts[end + 1] == "else":
+            end = statement_end(texts, kinds, end + 2)
         return end
     if t in ("for", "while", "switch"):
-        return statement_end(code, match(code, i + 1) + 1)
+        return statement_end(texts, kinds, match(texts, i + 1) + 1)
     if t == "do":
-        return match(code, statement_end(code, i + 1) + 2) + 1
+        return match(texts, statement_end(texts, kinds, i + 1) + 2) + 1
     if t == "try":
-        end = match(code, i + 1)
-        while end + 1 < len(code) and code[end + 1].text == "catch":
-            end = match(code, match(code, end + 2) + 1)
+        end = match(texts, i + 1)
+        while end + 1 < len(texts) and texts[end + 1] == "catch":
+            end = match(texts, match(texts, end + 2) + 1)
         return end
     j = i
-    while code[j].text != ";":
-        if code[j].text in OPEN:
-            j = match(code, j)
-        elif code[j].text in (")", "]", "}"):
+    while texts[j] != ";":
+        if texts[j] in OPEN:
+            j = match(texts, j)
+        elif texts[j] in (")", "]", "}"):
             raise Unreadable
         j += 1
     return j
@@ -336,47 +333,47 @@ _AFTER_A_DECLARATOR = {"=", ";", ",", ")", ">", "[", "{", "(", ":"}
 _POINTER_LIKE = {"*", "&", "&&", ">", ">>", "..."}
 
 
-def declarators(code, i: int) -> list[tuple[int, int]] | None:
+def declarators(texts: list[str], kinds: list[str], i: int) -> list[tuple[int, int]] | None:
     """(its name, the last token of its initializer) for each declarator of the constexpr variable
-    declaration whose `constexpr` is code[i]; None where that declares something else (a function)."""
+    declaration whose `constexpr` is token i; None where that declares something else (a function)."""
     j = i + 1
-    while j + 1 < len(code) and not (code[j].kind == "id" and code[j + 1].text == "="):
-        if code[j].text in ("(", "{", ";", "=") or code[j].kind == "pp":
+    while j + 1 < len(texts) and not (kinds[j] == "id" and texts[j + 1] == "="):
+        if texts[j] in ("(", "{", ";", "=") or kinds[j] == "pp":
             return None
         j += 1
     out = []
     while True:
         k = j + 2
-        while code[k].text not in (",", ";"):
-            if code[k].text in OPEN:
-                k = match(code, k)
-            elif code[k].text in (")", "]", "}"):
+        while texts[k] not in (",", ";"):
+            if texts[k] in OPEN:
+                k = match(texts, k)
+            elif texts[k] in (")", "]", "}"):
                 raise Unreadable
             k += 1
         out.append((j, k - 1))
-        if code[k].text == ";":
+        if texts[k] == ";":
             return out
         j = k + 1
-        if not (code[j].kind == "id" and code[j + 1].text == "="):
+        if not (kinds[j] == "id" and texts[j + 1] == "="):
             raise Unreadable
 
 
-def brace_kind(code, i: int) -> tuple[str, str | None]:
-    """What the `{` at code[i] opens: ("namespace", None) for an anonymous namespace or an extern
+def brace_kind(texts: list[str], kinds: list[str], i: int) -> tuple[str, str | None]:
+    """What the `{` at token i opens: ("namespace", None) for an anonymous namespace or an extern
     "C" block (their names are the enclosing scope's), ("named", name) for a named namespace,
     ("struct", name) for a struct, class or union, else ("block", None)."""
     j = i - 1
-    if j >= 0 and code[j].text == "namespace":
+    if j >= 0 and texts[j] == "namespace":
         return "namespace", None
-    if j >= 1 and code[j].kind == "id" and code[j - 1].text == "namespace":
-        return "named", code[j].text
-    if j >= 1 and code[j].kind == "str" and code[j - 1].text == "extern":
+    if j >= 1 and kinds[j] == "id" and texts[j - 1] == "namespace":
+        return "named", texts[j]
+    if j >= 1 and kinds[j] == "str" and texts[j - 1] == "extern":
         return "namespace", None
     k = j  # struct NAME [final] [: bases] {
-    while k >= 0 and code[k].text not in (";", "{", "}", ")", "struct", "class", "union"):
+    while k >= 0 and texts[k] not in (";", "{", "}", ")", "struct", "class", "union"):
         k -= 1
-    if k >= 0 and code[k].text in ("struct", "class", "union"):
-        return "struct", code[k + 1].text if k + 1 < i and code[k + 1].kind == "id" else None
+    if k >= 0 and texts[k] in ("struct", "class", "union"):
+        return "struct", texts[k + 1] if k + 1 < i and kinds[k + 1] == "id" else None
     return "block", None
 
 
@@ -390,14 +387,14 @@ class Shape:
 
     def __init__(self, placed: Placed):
         self.placed = placed  # where each token lies
-        self.code, self.texts, self.kinds = placed.tokens, placed.texts, placed.kinds
+        self.texts, self.kinds = placed.texts, placed.kinds
 
     @cached_property
     def uses(self) -> Counter:
         """How many times each name is named: as an identifier or in a directive."""
         uses = Counter(self.texts)  # an identifier's text is no other token's
         for n in indices(self.kinds, "pp"):
-            uses.update(names_in(self.code[n]))
+            uses.update(directive_names(self.texts[n]))
         return uses
 
     @cached_property
@@ -414,7 +411,7 @@ class Shape:
         return braces, after
 
     def parent(self, n: int) -> int:
-        """The `{` around code[n] (-1: none); for a brace, the one around the block it opens or closes."""
+        """The `{` around token n (-1: none); for a brace, the one around the block it opens or closes."""
         braces, after = self._braces
         k = bisect.bisect_left(braces, n)  # braces[:k] come before n
         if k < len(braces) and braces[k] == n and self.texts[n] == "}":
@@ -422,7 +419,7 @@ class Shape:
         return after[k - 1] if k else -1
 
     def start(self, n: int) -> int:
-        """The first token of the namespace-scope declaration around code[n] (its function's)."""
+        """The first token of the namespace-scope declaration around token n (its function's)."""
         texts, kinds = self.texts, self.kinds
         outermost = n  # the outermost block around n but namespaces' (n where none)
         brace = self.parent(n)
@@ -456,7 +453,7 @@ class Shape:
         return declared[bisect.bisect_left(declared, a):bisect.bisect_left(declared, b)]
 
     def braces_around(self, n: int) -> list[int]:
-        """The `{` around code[n], innermost first."""
+        """The `{` around token n, innermost first."""
         out = []
         brace = self.parent(n)
         while brace >= 0:
@@ -465,38 +462,38 @@ class Shape:
         return out
 
     def lambda_introducer(self, brace: int) -> int | None:
-        """Index of the `[` of the lambda whose body opens at code[brace], or None where it is no
+        """Index of the `[` of the lambda whose body opens at token brace, or None where it is no
         lambda's."""
-        code, k = self.code, brace - 1
+        texts, k = self.texts, brace - 1
         while k >= 0:
-            t = code[k].text
+            t = texts[k]
             if t == "]":
                 depth = 0
                 for j in range(k, -1, -1):
-                    depth += {"]": 1, "[": -1}.get(code[j].text, 0)
+                    depth += {"]": 1, "[": -1}.get(texts[j], 0)
                     if depth == 0:
-                        before = code[j - 1].text if j > 0 else ";"
+                        before = texts[j - 1] if j > 0 else ";"
                         return j if before in ("=", "(", ",", "{", ";", "return", "}", ")") else None
                 return None
             if t == ")":  # the parameters, or __attribute__((...)) and the like after them
-                k = _opening(code, k) - 1
-                if k >= 0 and code[k].text in ("__attribute__", "noexcept", "decltype"):
+                k = _opening(texts, k) - 1
+                if k >= 0 and texts[k] in ("__attribute__", "noexcept", "decltype"):
                     k -= 1
-                elif k >= 0 and code[k].text != "]":
+                elif k >= 0 and texts[k] != "]":
                     return None
                 continue
-            if code[k].kind == "id" or t in ("->", "::", "<", ">", "*", "&"):
+            if self.kinds[k] == "id" or t in ("->", "::", "<", ">", "*", "&"):
                 k -= 1  # specifiers, a trailing return type
                 continue
             return None
         return None
 
 
-def _opening(code, k: int) -> int:
-    """Index of the `(` that the `)` at code[k] closes."""
+def _opening(texts: list[str], k: int) -> int:
+    """Index of the `(` that the `)` at texts[k] closes."""
     depth = 0
     for j in range(k, -1, -1):
-        depth += {")": 1, "(": -1}.get(code[j].text, 0)
+        depth += {")": 1, "(": -1}.get(texts[j], 0)
         if depth == 0:
             return j
     raise Unreadable
