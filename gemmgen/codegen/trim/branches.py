@@ -77,14 +77,16 @@ def would_change_captures(shape: Shape, decided: Decided) -> bool:
     lambda (a constexpr scalar excepted: naming one is no odr-use); the lambda keeps capturing it
     where it names it elsewhere too."""
     texts, kinds = shape.texts, shape.kinds
-    _, live, last = _parts(shape, decided)
-    removed = set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
-    names = {texts[n] for n in removed if kinds[n] == "id" and texts[n - 1] not in (".", "->", "::")}
-    start = shape.start(decided.index)
+    removed = None  # worked out at the first such lambda: most statements lie in none
     for brace in shape.braces_around(decided.index):
         intro = shape.lambda_introducer(brace)
         if intro is None or texts[intro + 1] not in ("&", "=") or texts[intro + 2] not in (",", "]"):
             continue
+        if removed is None:
+            _, live, last = _parts(shape, decided)
+            removed = set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
+            names = {texts[n] for n in removed if kinds[n] == "id" and texts[n - 1] not in (".", "->", "::")}
+            start = shape.start(decided.index)
         locals_before = _locals(shape, start, intro)
         named_elsewhere = {texts[n] for n in range(intro, match(texts, brace) + 1)
                            if n not in removed and kinds[n] == "id"}
