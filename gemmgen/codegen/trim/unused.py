@@ -237,8 +237,8 @@ def _classify(shape: Shape, i: int, j: int, in_anonymous: bool, macros: _Macros)
 def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
     """``source`` without the lines of the items that are not live and of the comments that head
     only such items (see the module's docstring). An item sharing a line with another stays."""
-    starts = [0] + [m.end() for m in re.finditer("\n", source)]
     lines = source.split("\n")
+    starts = [0, *itertools.accumulate(map((1).__add__, map(len, lines[:-1])))]  # of each line
 
     def line_of(pos: int) -> int:
         return bisect.bisect_right(starts, pos) - 1
@@ -298,7 +298,7 @@ def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
 def drop_unused_constants(source: str) -> str:
     shape = shape_of(source)
     texts, kinds, at, end_of = shape.texts, shape.kinds, shape.placed.start, shape.placed.end
-    edits = []
+    edits, struct_ends = [], {}
     for i in indices(shape.texts, "constexpr"):
         if texts[i - 1] == "if":
             continue
@@ -316,7 +316,9 @@ def drop_unused_constants(source: str) -> str:
         brace = shape.parent(i)
         kind, struct = brace_kind(texts, kinds, brace) if brace >= 0 else ("block", None)
         if kind == "struct" and struct:
-            unused = [d for d in found if not _member_named(shape, brace, struct, d[0])]
+            if brace not in struct_ends:
+                struct_ends[brace] = match(texts, brace)
+            unused = [d for d in found if not _member_named(shape, brace, struct_ends[brace], struct, d[0])]
         else:
             unused = [d for d in found if shape.uses[texts[d[0]]] == 1]
         if len(unused) == len(found):
@@ -335,11 +337,11 @@ def drop_unused_constants(source: str) -> str:
     return splice(source, edits)
 
 
-def _member_named(shape: Shape, brace: int, struct: str, n: int) -> bool:
-    """Whether the member declared at token n of the struct whose body opens at token brace is named
-    elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
+def _member_named(shape: Shape, brace: int, end: int, struct: str, n: int) -> bool:
+    """Whether the member declared at token n of the struct whose body is tokens brace .. end is
+    named elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
     texts = shape.texts
-    name, end = texts[n], match(texts, brace)
+    name = texts[n]
     for k in indices(shape.texts, name):
         if k == n:
             continue
