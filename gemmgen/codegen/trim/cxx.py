@@ -66,6 +66,13 @@ class Placed:
     def end(self, n: int) -> int:
         return self.start(n) + len(self.texts[n])
 
+    def all_starts(self) -> list[int]:
+        """start(n) of every token."""
+        out = []
+        for first, until, shift in zip(self.firsts, self.firsts[1:] + [len(self.starts)], self.shifts):
+            out += map(shift.__add__, self.starts[first:until]) if shift else self.starts[first:until]
+        return out
+
     def first_ending_after(self, pos: int) -> int:
         return bisect.bisect_right(range(len(self.texts)), pos, key=self.end)
 

@@ -243,8 +243,8 @@ def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
     def line_of(pos: int) -> int:
         return bisect.bisect_right(starts, pos) - 1
 
-    at, end_of = placed.start, placed.end
-    span = [(line_of(at(it.first)), line_of(end_of(it.last) - 1)) for it in items]
+    at, texts = placed.all_starts(), placed.texts
+    span = [(line_of(at[it.first]), line_of(at[it.last] + len(texts[it.last]) - 1)) for it in items]
     owner: dict[int, int] = {}
     for n, (a, b) in enumerate(span):
         for line in range(a, b + 1):
@@ -252,8 +252,8 @@ def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
     dead_lines: set[int] = set()
     for n, item in enumerate(items):
         a, b = span[n]
-        if (item.live or source[starts[a]:at(item.first)].strip()
-                or not rest_is_comment(source, end_of(item.last))
+        if (item.live or source[starts[a]:at[item.first]].strip()
+                or not rest_is_comment(source, at[item.last] + len(texts[item.last]))
                 or any(items[owner[line]].live for line in range(a, b + 1) if owner[line] != n)):
             continue
         dead_lines.update(range(a, b + 1))
@@ -342,7 +342,9 @@ def _member_named(shape: Shape, brace: int, end: int, struct: str, n: int) -> bo
     named elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
     texts = shape.texts
     name = texts[n]
-    for k in indices(shape.texts, name):
+    if shape.uses[name] == 1:
+        return False  # it names itself only
+    for k in indices(texts, name):
         if k == n:
             continue
         if (brace < k < end or texts[k - 1] in (".", "->")
