@@ -188,6 +188,20 @@ extern "C" __global__ void k(int* out)
     assert "persistent" not in trimmed and "static constexpr int split = 2;  // named as gg_launch::split" in trimmed
 
 
+def test_the_scanner_tells_tokens_apart_by_their_first_characters():
+    source = ('x = u8"a" + u\'b\' + L"c" + uint(.5) + a...b; p->*q <<= 1; a/b /* c */ // d\n'
+              '  # define A(x) #x \\\n    ## x\n'
+              'y # z ## w;\n')
+    assert [(kind, text) for kind, text, _, _ in cxx.scan(source).offsets()] == [
+        ("id", "x"), ("punct", "="), ("str", 'u8"a"'), ("punct", "+"), ("id", "u"), ("str", "'b'"),
+        ("punct", "+"), ("str", 'L"c"'), ("punct", "+"), ("id", "uint"), ("punct", "("), ("num", ".5"),
+        ("punct", ")"), ("punct", "+"), ("id", "a"), ("punct", "..."), ("id", "b"), ("punct", ";"),
+        ("id", "p"), ("punct", "->*"), ("id", "q"), ("punct", "<<="), ("num", "1"), ("punct", ";"),
+        ("id", "a"), ("punct", "/"), ("id", "b"), ("comment", "/* c */"), ("comment", "// d"),
+        ("pp", "# define A(x) #x \\\n    ## x"),  # a directive, its continuation included
+        ("id", "y"), ("punct", "#"), ("id", "z"), ("punct", "##"), ("id", "w"), ("punct", ";")]  # `#` mid-line
+
+
 SPLICED = """\
 int a; /* a comment
 across lines */ int b;

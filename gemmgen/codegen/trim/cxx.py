@@ -74,6 +74,7 @@ class Placed:
         return out
 
     def first_ending_after(self, pos: int) -> int:
+        """Index of the first token that ends after pos (len(texts): none)."""
         return bisect.bisect_right(range(len(self.texts)), pos, key=self.end)
 
     def offsets(self) -> list[tuple[str, str, int, int]]:
@@ -131,7 +132,7 @@ def _scan(text: str, pos: int, endpos: int) -> Read:
     while pos is not None:
         parts = _TOKEN.split(text[pos:endpos])  # whitespace, a token, whitespace, ...
         found = parts[1::2]
-        at = list(accumulate(map(len, parts), initial=pos))[1::2]
+        at = list(accumulate(map(len, parts[:-1]), initial=pos))[1::2]  # where each token starts
         kind = list(map(_KIND_OF_FIRST.get, map(_FIRST, found)))
         dropped, after = [], None  # the comments; where to read on after a `#` that does not start its line
         for n in indices(kind, None):  # which alternative matched?
