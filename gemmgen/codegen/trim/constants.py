@@ -166,7 +166,7 @@ def decided_conditions(shape: Shape) -> list[Decided]:
     declared = set(shape.declared)
     # the tokens that may change what is known (the others are stepped over): directives, the words
     # and braces below, and what may be a declarator
-    step_words = _STEPS
+    step_words = _STEPS  # a local: looked up once per token below
     steps = sorted(declared.union([i for i, x in enumerate(texts) if x in step_words], indices(kinds, "pp")))
     p = 0
     while p < len(steps):
