@@ -188,6 +188,20 @@ extern "C" __global__ void k(int* out)
     assert "persistent" not in trimmed and "static constexpr int split = 2;  // named as gg_launch::split" in trimmed
 
 
+def test_the_scanner_tells_tokens_apart_by_their_first_characters():
+    source = ('x = u8"a" + u\'b\' + L"c" + uint(.5) + a...b; p->*q <<= 1; a/b /* c */ // d\n'
+              '  # define A(x) #x \\\n    ## x\n'
+              'y # z ## w;\n')
+    assert [(kind, text) for kind, text, _, _ in cxx.scan(source).offsets()] == [
+        ("id", "x"), ("punct", "="), ("str", 'u8"a"'), ("punct", "+"), ("id", "u"), ("str", "'b'"),
+        ("punct", "+"), ("str", 'L"c"'), ("punct", "+"), ("id", "uint"), ("punct", "("), ("num", ".5"),
+        ("punct", ")"), ("punct", "+"), ("id", "a"), ("punct", "..."), ("id", "b"), ("punct", ";"),
+        ("id", "p"), ("punct", "->*"), ("id", "q"), ("punct", "<<="), ("num", "1"), ("punct", ";"),
+        ("id", "a"), ("punct", "/"), ("id", "b"), ("comment", "/* c */"), ("comment", "// d"),
+        ("pp", "# define A(x) #x \\\n    ## x"),  # a directive, its continuation included
+        ("id", "y"), ("punct", "#"), ("id", "z"), ("punct", "##"), ("id", "w"), ("punct", ";")]  # `#` mid-line
+
+
 SPLICED = """\
 int a; /* a comment
 across lines */ int b;
@@ -212,7 +226,7 @@ def test_the_tokens_of_a_spliced_text_are_a_fresh_scans(edits):
     for a, b, text in sorted(edits, reverse=True):
         expected = expected[:a] + text + expected[b:]
     assert new == expected
-    assert cxx.tokenize(new) == tuple(cxx._scan(new, 0, len(new)))
+    assert cxx.read(new).offsets() == cxx.scan(new).offsets()
 
 
 @pytest.mark.parametrize("point, arch", [("v4", "sm_90"), ("mma_fp16", "sm_90"), ("hopper_fp16", "sm_90a")])
@@ -221,7 +235,7 @@ def test_every_splice_of_a_trim_leaves_the_tokens_of_a_fresh_scan(point, arch, m
 
     def checked(source, edits):
         new = cxx.splice(source, edits)
-        assert cxx.tokenize(new) == tuple(cxx._scan(new, 0, len(new)))
+        assert cxx.read(new).offsets() == cxx.scan(new).offsets()
         made.append(new)
         return new
 
@@ -239,7 +253,7 @@ def test_threads_splicing_at_once_each_get_their_own_tokens():
         for i in range(2000):
             source = f"int a{thread}_{i};\nint b;\n"
             new = cxx.splice(source, [(source.index("int b;"), len(source), "long b;\n")])
-            if cxx.tokenize(new) != tuple(cxx._scan(new, 0, len(new))):
+            if cxx.read(new).offsets() != cxx.scan(new).offsets():
                 return False
         return True
 

@@ -4,15 +4,16 @@ Only what the file itself says counts: constexpr variables whose initializer eva
 other such constants, enumerators, ``sizeof`` of a fundamental type or an alias of one), with C++
 scoping -- a block's declarations end with it, a struct's members are known outside it as S::X,
 an anonymous namespace's names are its enclosing scope's. A name that may be declared again (a
-parameter, a template parameter, a variable: cxx.is_declarator) is unknown from there to the end
+parameter, a template parameter, a variable: cxx.Shape.declared) is unknown from there to the end
 of that scope, and so is every name a struct declares, within it, where a member function may
 name a member declared further down. A condition that names anything unknown is not decided.
 """
 
+import bisect
 import re
 from dataclasses import dataclass
 
-from gemmgen.codegen.trim.cxx import INT_TYPES, SIZEOF, Unreadable, brace_kind, is_declarator, match
+from gemmgen.codegen.trim.cxx import INT_TYPES, SIZEOF, Shape, Unreadable, brace_kind, indices, match
 
 UNKNOWN = None
 _UNKNOWN_NAME = ("unknown",)
@@ -39,8 +40,8 @@ class _Expr:
     UNKNOWN. An expression with an unsigned operand is evaluated only where no value in it is
     negative (wrap-around is not modelled)."""
 
-    def __init__(self, tokens, scopes: _Scopes):
-        self.toks, self.i, self.scopes = tokens, 0, scopes
+    def __init__(self, texts: list[str], kinds: list[str], scopes: _Scopes):
+        self.texts, self.kinds, self.i, self.scopes = texts, kinds, 0, scopes
         self.unsigned = self.negative = False
 
     def evaluate(self):
@@ -48,18 +49,19 @@ class _Expr:
             value = self.ternary()
         except Unreadable:
             return UNKNOWN
-        if self.i != len(self.toks) or self.unsigned and self.negative:
+        if self.i != len(self.texts) or self.unsigned and self.negative:
             return UNKNOWN
         return value
 
     def peek(self) -> str | None:
-        return self.toks[self.i].text if self.i < len(self.toks) else None
+        return self.texts[self.i] if self.i < len(self.texts) else None
 
-    def take(self, text: str | None = None):
-        if self.i >= len(self.toks) or (text is not None and self.toks[self.i].text != text):
+    def take(self, text: str | None = None) -> int:
+        """The index of the next token (which must be text, where given), read."""
+        if self.i >= len(self.texts) or (text is not None and self.texts[self.i] != text):
             raise Unreadable
         self.i += 1
-        return self.toks[self.i - 1]
+        return self.i - 1
 
     def ternary(self):
         cond = self.binary(1)
@@ -112,31 +114,32 @@ class _Expr:
         return self.primary()
 
     def primary(self):
-        tok = self.take()
-        if tok.text == "(":
+        n = self.take()
+        text, kind = self.texts[n], self.kinds[n]
+        if text == "(":
             x = self.ternary()
             self.take(")")
             return x
-        if tok.kind == "num":
-            m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|0|[1-9][0-9]*)([uUlL]*)", tok.text.replace("'", ""))
+        if kind == "num":
+            m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|0|[1-9][0-9]*)([uUlL]*)", text.replace("'", ""))
             if m is None:
                 raise Unreadable  # floating point or octal: not needed here
             self.unsigned |= "u" in m[2].lower()
             return int(m[1], 0)
-        if tok.text in ("true", "false"):
-            return int(tok.text == "true")
-        if tok.text == "sizeof":
+        if text in ("true", "false"):
+            return int(text == "true")
+        if text == "sizeof":
             self.take("(")
-            name = self.take().text
+            name = self.texts[self.take()]
             self.take(")")
             found = self.scopes.lookup(name)
             self.unsigned = True
             return SIZEOF.get(found[1] if found and found[0] == "type" else name if found is None else None, UNKNOWN)
-        if tok.kind == "id":
-            name = tok.text
+        if kind == "id":
+            name = text
             while self.peek() == "::":
                 self.take()
-                name += "::" + self.take().text
+                name += "::" + self.texts[self.take()]
             if self.peek() in ("(", "<", "[", ".", "->"):
                 raise Unreadable  # a call, a template, a member: not a named constant
             found = self.scopes.lookup(name)
@@ -149,46 +152,50 @@ class _Expr:
 
 @dataclass(frozen=True)
 class Decided:
-    index: int  # of the `if` in code
+    index: int  # of the `if` among the tokens
     live: bool  # whether the condition holds
 
 
-def decided_conditions(code) -> list[Decided]:
-    """The ``if constexpr`` statements of code whose condition the file's constants decide, in order."""
-    enum_types = {code[i + 1].text for i in range(len(code) - 1) if code[i].text == "enum" and code[i + 1].kind == "id"}
+def decided_conditions(shape: Shape) -> list[Decided]:
+    """The ``if constexpr`` statements of the code whose condition the file's constants decide, in order."""
+    texts, kinds = shape.texts, shape.kinds
+    enum_types = {texts[i + 1] for i in indices(texts, "enum") if i + 1 < len(texts) and kinds[i + 1] == "id"}
     scopes = _Scopes(enum_types)
     opened: list[tuple[str, str | None]] = []  # per open brace, brace_kind's
     found = []
-    i = 0
-    while i < len(code):
-        t = code[i]
-        text = t.text
-        if t.kind == "pp":
+    declared = set(shape.declared)
+    # the tokens that may change what is known (the others are stepped over): directives, the words
+    # and braces below, and what may be a declarator
+    step_words = _STEPS  # a local: looked up once per token below
+    steps = sorted(declared.union([i for i, x in enumerate(texts) if x in step_words], indices(kinds, "pp")))
+    p = 0
+    while p < len(steps):
+        i = steps[p]
+        text = texts[i]
+        then = i + 1  # the index to read on from
+        if kinds[i] == "pp":
             m = re.match(r"#\s*define\s+(\w+)", text)
             if m:
                 scopes.stack[0][m[1]] = _UNKNOWN_NAME
-        elif text == "if" and i + 1 < len(code) and code[i + 1].text == "constexpr":
-            close = match(code, i + 2)
-            value = _Expr(code[i + 3:close], scopes).evaluate()
+        elif text == "if" and i + 1 < len(texts) and texts[i + 1] == "constexpr":
+            close = match(texts, i + 2)
+            value = _Expr(texts[i + 3:close], kinds[i + 3:close], scopes).evaluate()
             if value is not UNKNOWN:
                 found.append(Decided(i, bool(value)))
-            i = close + 1
-            continue
-        elif text == "constexpr" or text in ("typedef", "using") and code[i - 1].text != "::":
-            i = _declaration(code, i, scopes)
-            continue
-        elif text == "enum" and (body := _enum_body(code, i)) is not None:
-            _enumerators(code[body + 1:match(code, body)], scopes)
-            i = match(code, body) + 1
-            continue
+            then = close + 1
+        elif text == "constexpr" or text in ("typedef", "using") and texts[i - 1] != "::":
+            then = _declaration(texts, kinds, i, scopes)
+        elif text == "enum" and (body := _enum_body(texts, i)) is not None:
+            end = match(texts, body)
+            _enumerators(texts[body + 1:end], kinds[body + 1:end], scopes)
+            then = end + 1
         elif text == "{":
-            opened.append(brace_kind(code, i))
+            opened.append(brace_kind(texts, kinds, i))
             if opened[-1][0] != "namespace":
                 scopes.stack.append({})
             if opened[-1][0] == "struct":
-                end = match(code, i)
-                scopes.stack[-1].update({code[n].text: _UNKNOWN_NAME for n in range(i + 1, end)
-                                         if code[n].kind == "id" and is_declarator(code, n)})
+                end = match(texts, i)
+                scopes.stack[-1].update({texts[n]: _UNKNOWN_NAME for n in shape.declared_in(i + 1, end)})
         elif text == "}" and opened:
             kind, name = opened.pop()
             if kind != "namespace":
@@ -196,67 +203,69 @@ def decided_conditions(code) -> list[Decided]:
                 if kind == "struct" and name:
                     scopes.stack[-1].update({f"{name}::{key}": val for key, val in inner.items()})
                     scopes.stack[-1][name] = _UNKNOWN_NAME
-        elif t.kind == "id" and is_declarator(code, i):
+        elif i in declared:
             scopes.stack[-1][text] = _UNKNOWN_NAME
-        i += 1
+        p = p + 1 if then == i + 1 else bisect.bisect_left(steps, then, p + 1)
     return found
 
 
-def _enum_body(code, i: int) -> int | None:
-    """Index of the `{` of the enum declared at code[i] (`enum`), or None (a declaration only)."""
-    while i < len(code) and code[i].text not in ("{", ";"):
+_STEPS = {"if", "constexpr", "typedef", "using", "enum", "{", "}"}
+
+
+def _enum_body(texts: list[str], i: int) -> int | None:
+    """Index of the `{` of the enum declared at token i (`enum`), or None (a declaration only)."""
+    while i < len(texts) and texts[i] not in ("{", ";"):
         i += 1
-    return i if i < len(code) and code[i].text == "{" else None
+    return i if i < len(texts) and texts[i] == "{" else None
 
 
-def _enumerators(toks, scopes: _Scopes):
+def _enumerators(texts: list[str], kinds: list[str], scopes: _Scopes):
     value, j = 0, 0
-    while j < len(toks):
-        name, k = toks[j].text, j + 1
-        if k < len(toks) and toks[k].text == "=":
+    while j < len(texts):
+        name, k = texts[j], j + 1
+        if k < len(texts) and texts[k] == "=":
             e = k + 1
-            while e < len(toks) and toks[e].text != ",":
+            while e < len(texts) and texts[e] != ",":
                 e += 1
-            value = _Expr(toks[k + 1:e], scopes).evaluate()
+            value = _Expr(texts[k + 1:e], kinds[k + 1:e], scopes).evaluate()
             k = e
         scopes.stack[-1][name] = _UNKNOWN_NAME if value is UNKNOWN else ("value", value, False)
         value = UNKNOWN if value is UNKNOWN else value + 1
         j = k + 1
 
 
-def _declaration(code, i: int, scopes: _Scopes) -> int:
-    """Records what the declaration at code[i] (`constexpr`, `typedef` or `using`) declares;
+def _declaration(all_texts: list[str], all_kinds: list[str], i: int, scopes: _Scopes) -> int:
+    """Records what the declaration at token i (`constexpr`, `typedef` or `using`) declares;
     returns the index after it."""
     end = i
-    while end < len(code) and code[end].text != ";":
-        end = match(code, end) + 1 if code[end].text in ("(", "[", "{") else end + 1
-    toks = code[i:end]
+    while end < len(all_texts) and all_texts[end] != ";":
+        end = match(all_texts, end) + 1 if all_texts[end] in ("(", "[", "{") else end + 1
+    texts, kinds = all_texts[i:end], all_kinds[i:end]
     scope = scopes.stack[-1]
-    if toks[0].text == "typedef":  # typedef float gg_out;
-        names = [t.text for t in toks[1:] if t.kind == "id"]
-        if names and len(names) == len(toks) - 1:
+    if texts[0] == "typedef":  # typedef float gg_out;
+        names = [t for t, kind in zip(texts[1:], kinds[1:]) if kind == "id"]
+        if names and len(names) == len(texts) - 1:
             scope[names[-1]] = _alias(names[:-1], scopes)
         elif names:
             scope[names[-1]] = _UNKNOWN_NAME
         return end + 1
-    if toks[0].text == "using":  # using T = __half;
-        if len(toks) >= 4 and toks[1].kind == "id" and toks[2].text == "=":
-            words = [t.text for t in toks[3:]]
-            scope[toks[1].text] = _alias(words, scopes) if all(t.kind == "id" for t in toks[3:]) else _UNKNOWN_NAME
+    if texts[0] == "using":  # using T = __half;
+        if len(texts) >= 4 and kinds[1] == "id" and texts[2] == "=":
+            scope[texts[1]] = _alias(texts[3:], scopes) if all(kind == "id" for kind in kinds[3:]) else _UNKNOWN_NAME
         return end + 1
     # constexpr TYPE NAME = EXPR [, NAME = EXPR]...
     j, type_words = 1, []
-    while j + 1 < len(toks) and not (toks[j].kind == "id" and toks[j + 1].text == "="):
-        if toks[j].text in ("(", "{"):
+    while j + 1 < len(texts) and not (kinds[j] == "id" and texts[j + 1] == "="):
+        if texts[j] in ("(", "{"):
             return i + 1  # a constexpr function: read on
-        type_words.append(toks[j].text)
+        type_words.append(texts[j])
         j += 1
-    while j + 1 < len(toks) and toks[j].kind == "id" and toks[j + 1].text == "=":
+    while j + 1 < len(texts) and kinds[j] == "id" and texts[j + 1] == "=":
         k, depth = j + 2, 0
-        while k < len(toks) and not (depth == 0 and toks[k].text == ","):
-            depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(toks[k].text, 0)
+        while k < len(texts) and not (depth == 0 and texts[k] == ","):
+            depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(texts[k], 0)
             k += 1
-        scope[toks[j].text] = _typed(type_words, _Expr(toks[j + 2:k], scopes).evaluate(), scopes)
+        scope[texts[j]] = _typed(type_words, _Expr(texts[j + 2:k], kinds[j + 2:k], scopes).evaluate(), scopes)
         j = k + 1
     return end + 1
 

@@ -15,20 +15,23 @@ its struct, as S::X, or after `.` or `->`), whole declarations or single declara
 """
 
 import bisect
+import itertools
 import re
 from dataclasses import dataclass
 
 from gemmgen.codegen.trim.cxx import (
+    Placed,
     Shape,
     Unreadable,
     brace_kind,
-    code_of,
     declarators,
+    directive_names,
+    indices,
     line_end,
     line_start,
     match,
-    names_in,
     rest_is_comment,
+    shape_of,
     skip_angles,
     splice,
 )
@@ -40,7 +43,7 @@ _HEADING = re.compile(r"\s*// ----.*----\s*$")  # the templates' section heading
 
 @dataclass
 class _Item:
-    first: int  # its first and last token in code
+    first: int  # its first and last token
     last: int
     names: tuple = ()
     root: bool = True
@@ -49,26 +52,29 @@ class _Item:
 
 
 def drop_unused_definitions(source: str) -> str:
-    code = code_of(source)
+    shape = shape_of(source)
+    texts = shape.texts
     try:
-        items = _items(code)
+        items = _items(shape)
     except Unreadable:
         return source
     by_name: dict[str, list[_Item]] = {}
     for item in items:
         for name in item.names:
             by_name.setdefault(name, []).append(item)
+    directives = indices(shape.kinds, "pp")
     todo, seen = [item for item in items if item.root], set()
     while todo:
         item = todo.pop()
         if item.live:
             continue
         item.live = True
-        for t in code[item.first:item.last + 1]:
-            for name in names_in(t):
-                if name not in seen:
-                    seen.add(name)
-                    todo += by_name.get(name, [])
+        names = set(texts[item.first:item.last + 1])  # an identifier's text is no other token's
+        for n in directives[bisect.bisect_left(directives, item.first):bisect.bisect_right(directives, item.last)]:
+            names.update(directive_names(texts[n]))
+        for name in names - seen:
+            todo += by_name.get(name, [])
+        seen |= names
     opened = []
     for n, item in enumerate(items):
         if item.kind == "ns_open":
@@ -77,146 +83,168 @@ def drop_unused_definitions(source: str) -> str:
             first = opened.pop()
             if not any(x.live for x in items[first + 1:n] if x.kind in ("decl", "pp")):
                 items[first].live = items[n].live = False
-    return _cut(source, code, items)
+    return _cut(source, shape.placed, items)
 
 
-def _items(code) -> list[_Item]:
-    """The namespace-scope declarations of code, in order."""
-    macros = {}  # object-like macros: GG_DEVICE -> __device__ __forceinline__
-    for t in code:
-        m = re.match(r"#\s*define\s+(\w+)(?!\()\s+(.*)", t.text) if t.kind == "pp" else None
-        if m:
-            macros[m[1]] = m[2].split()
+class _Macros:
+    """A file's object-like macros (GG_DEVICE -> __device__ __forceinline__), for reading the words
+    of a declaration as the compiler does."""
+
+    def __init__(self, shape: Shape):
+        self.words: dict[str, list[str]] = {}
+        for n in indices(shape.kinds, "pp"):
+            m = re.match(r"#\s*define\s+(\w+)(?!\()\s+(.*)", shape.texts[n])
+            if m:
+                self.words[m[1]] = m[2].split()
+        self.extra = {name: len(words) - 1 for name, words in self.words.items()}  # words more than tokens
+        # the tokens whose words hold __global__
+        self.global_ = {name for name, words in self.words.items() if "__global__" in words}
+        self.global_ |= {"__global__"} - self.words.keys()
+
+    def expanded(self, texts: list[str], i: int, j: int):
+        """The words of the tokens texts[i] .. texts[j], one at a time."""
+        for n in range(i, j + 1):
+            yield from self.words.get(texts[n], (texts[n],))
+
+
+def _items(shape: Shape) -> list[_Item]:
+    """The namespace-scope declarations of the code, in order."""
+    texts, kinds = shape.texts, shape.kinds
+    macros = _Macros(shape)
     items, opened, i = [], 0, 0
-    while i < len(code):
-        t = code[i]
-        if t.kind == "pp":
+    while i < len(texts):
+        if kinds[i] == "pp":
             items.append(_Item(i, i, kind="pp"))
             i += 1
-        elif t.text == "namespace" and i + 1 < len(code) and code[i + 1].text == "{":
+        elif texts[i] == "namespace" and i + 1 < len(texts) and texts[i + 1] == "{":
             items.append(_Item(i, i + 1, kind="ns_open"))
             opened += 1
             i += 2
-        elif t.text == "}" and opened:
+        elif texts[i] == "}" and opened:
             items.append(_Item(i, i, kind="ns_close"))
             opened -= 1
             i += 1
         else:
-            j = _declaration_end(code, i)
-            items.append(_classify(code, i, j, bool(opened), macros))
+            j = _declaration_end(texts, i)
+            items.append(_classify(shape, i, j, bool(opened), macros))
             i = j + 1
     return items
 
 
-def _declaration_end(code, i: int) -> int:
-    """Index of the last token of the namespace-scope declaration from code[i]: its `;`, or the
+def _declaration_end(texts: list[str], i: int) -> int:
+    """Index of the last token of the namespace-scope declaration from token i: its `;`, or the
     `}` of a function's body."""
-    j, initialized = skip_angles(code, i + 1) if code[i].text == "template" else i, False
+    j, initialized = skip_angles(texts, i + 1) if texts[i] == "template" else i, False
     k = j
     while True:
-        x = code[j].text
+        x = texts[j]
         if x in ("(", "["):
-            j = match(code, j)
+            j = match(texts, j)
         elif x == "=":
             initialized = True
         elif x == "{":
-            j = match(code, j)
-            if j + 1 < len(code) and code[j + 1].text == ";":
+            j = match(texts, j)
+            if j + 1 < len(texts) and texts[j + 1] == ";":
                 return j + 1
-            if not (initialized or code[k].text in ("struct", "class", "union", "enum", "typedef")):
+            if not (initialized or texts[k] in ("struct", "class", "union", "enum", "typedef")):
                 return j
         elif x == ";":
             return j
         j += 1
 
 
-def _classify(code, i: int, j: int, in_anonymous: bool, macros: dict) -> _Item:
-    """The item of the declaration code[i] .. code[j]: the names it declares, and whether it is
-    a root."""
-    toks = code[i:j + 1]
-    words = [w for t in toks for w in macros.get(t.text, [t.text])]
+def _classify(shape: Shape, i: int, j: int, in_anonymous: bool, macros: _Macros) -> _Item:
+    """The item of the declaration of tokens i .. j: the names it declares, and whether it is
+    a root. Its words are its tokens with the macros expanded."""
+    texts, kinds = shape.texts, shape.kinds
+    tt, tk = texts[i:j + 1], kinds[i:j + 1]  # its tokens
     root = _Item(i, j)
     k, templated = 0, False
-    if toks[0].text == "template":
-        k = skip_angles(code, i + 1) - i
+    if tt[0] == "template":
+        k = skip_angles(texts, i + 1) - i
         templated = k > 3  # template <...> with parameters, not an explicit specialization
-    while k + 1 < len(toks) and toks[k].text == "[" and toks[k + 1].text == "[":
-        k = match(code, i + k) - i + 1
-    if k >= len(toks) or "__global__" in words:
+    while k + 1 < len(tt) and tt[k] == "[" and tt[k + 1] == "[":
+        k = match(texts, i + k) - i + 1
+    if k >= len(tt) or not macros.global_.isdisjoint(tt):  # __global__ among its words
         return root
-    first = toks[k].text
-    if first == "extern" and k + 1 < len(toks) and toks[k + 1].kind == "str":
+    first = tt[k]
+    if first == "extern" and k + 1 < len(tt) and tk[k + 1] == "str":
         return root
-    if first == "namespace" and k + 1 < len(toks) and toks[k + 1].kind == "id":
-        return _Item(i, j, names=(toks[k + 1].text,), root=False)
+    if first == "namespace" and k + 1 < len(tt) and tk[k + 1] == "id":
+        return _Item(i, j, names=(tt[k + 1],), root=False)
     if first in ("struct", "class", "union", "enum"):
         m = k + 1
-        while m < len(toks) and (toks[m].text in _ATTRIBUTE_CALLS or toks[m].text in ("class", "struct")):
-            m = match(code, i + m + 1) - i + 1 if toks[m].text in _ATTRIBUTE_CALLS else m + 1
-        if m >= len(toks) or toks[m].kind != "id":
+        while m < len(tt) and (tt[m] in _ATTRIBUTE_CALLS or tt[m] in ("class", "struct")):
+            m = match(texts, i + m + 1) - i + 1 if tt[m] in _ATTRIBUTE_CALLS else m + 1
+        if m >= len(tt) or tk[m] != "id":
             return root
-        names = [toks[m].text]
-        brace = next((n for n in range(m, len(toks)) if toks[n].text == "{"), None)
+        names = [tt[m]]
+        brace = next((n for n in range(m, len(tt)) if tt[n] == "{"), None)
         if first == "enum" and brace is not None:  # its enumerators too
-            body = toks[brace + 1:match(code, i + brace) - i]
-            names += [body[n].text for n in range(len(body)) if body[n].kind == "id" and (n == 0 or body[n - 1].text == ",")]
+            body_end = match(texts, i + brace) - i
+            body, body_kinds = tt[brace + 1:body_end], tk[brace + 1:body_end]
+            names += [body[n] for n in range(len(body)) if body_kinds[n] == "id" and (n == 0 or body[n - 1] == ",")]
         return _Item(i, j, names=tuple(names), root=False)
     if first == "typedef":
-        texts = [t.text for t in toks]
-        if "(" in texts and "{" not in texts:
+        if "(" in tt and "{" not in tt:
             return root  # a function type
         depth, last_id = 0, None
-        for t in toks:
-            depth += {"{": 1, "}": -1}.get(t.text, 0)
-            if depth == 0 and t.kind == "id":
-                last_id = t.text
+        for text, kind in zip(tt, tk):
+            depth += {"{": 1, "}": -1}.get(text, 0)
+            if depth == 0 and kind == "id":
+                last_id = text
         return _Item(i, j, names=(last_id,), root=False) if last_id else root
     if first == "using":
-        if k + 2 < len(toks) and toks[k + 1].kind == "id" and toks[k + 2].text == "=":
-            return _Item(i, j, names=(toks[k + 1].text,), root=False)
+        if k + 2 < len(tt) and tk[k + 1] == "id" and tt[k + 2] == "=":
+            return _Item(i, j, names=(tt[k + 1],), root=False)
         return root
     m = k  # a function or variables: the first `(`, `=`, `[`, `;` or `{` past attributes
-    while m < len(toks) and toks[m].text not in ("(", "=", "[", ";", "{"):
+    while m < len(tt) and tt[m] not in ("(", "=", "[", ";", "{"):
         m += 1
-        if toks[m - 1].text in _ATTRIBUTE_CALLS and m < len(toks) and toks[m].text == "(":
-            m = match(code, i + m) - i + 1
-    if m >= len(toks):
+        if tt[m - 1] in _ATTRIBUTE_CALLS and m < len(tt) and tt[m] == "(":
+            m = match(texts, i + m) - i + 1
+    if m >= len(tt):
         return root
     n = m - 1
-    if toks[m].text == "(" and n > k and toks[n].text == ">":  # an explicit specialization: f<args>(
+    if tt[m] == "(" and n > k and tt[n] == ">":  # an explicit specialization: f<args>(
         depth = 0
         while n > k:
-            depth += {">": 1, ">>": 2, "<": -1}.get(toks[n].text, 0)
+            depth += {">": 1, ">>": 2, "<": -1}.get(tt[n], 0)
             n -= 1
             if depth == 0:
                 break
-    if n < k or toks[n].kind != "id" or "operator" in [t.text for t in toks[k:m]]:
+    if n < k or tk[n] != "id" or "operator" in tt[k:m]:
         return root
-    if toks[m].text == "(":  # droppable: inline, internal, a template, or a declaration only
-        head = words[:words.index("(")]
-        droppable = in_anonymous or templated or bool(_INLINE & set(head)) or toks[-1].text == ";"
-        return _Item(i, j, names=(toks[n].text,), root=not droppable)
-    head = set(words[:m + len(words) - len(toks)])
-    droppable = ("constexpr" in head or "extern" in head and toks[m].text != "=") and not (
+    if tt[m] == "(":  # droppable: inline, internal, a template, or a declaration only
+        head = itertools.takewhile(lambda w: w != "(", macros.expanded(texts, i, j))  # the words before the first (
+        droppable = in_anonymous or templated or bool(_INLINE & set(head)) or tt[-1] == ";"
+        return _Item(i, j, names=(tt[n],), root=not droppable)
+    count = m + sum(map(macros.extra.get, tt, itertools.repeat(0)))  # m + len(words) - len(tt)
+    if count >= 0:
+        head = set(itertools.islice(macros.expanded(texts, i, j), count))
+    else:
+        head = set(list(macros.expanded(texts, i, j))[:count])
+    droppable = ("constexpr" in head or "extern" in head and tt[m] != "=") and not (
         head & {"__device__", "__constant__", "__managed__"})  # those define device symbols
-    depth, names = 0, [toks[n].text]
-    for p in range(m, len(toks)):  # `constexpr int A = 1, B = 2;` declares both
-        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(toks[p].text, 0)
-        if depth == 0 and toks[p].text == "," and p + 1 < len(toks) and toks[p + 1].kind == "id":
-            names.append(toks[p + 1].text)
+    depth, names = 0, [tt[n]]
+    for p in range(m, len(tt)):  # `constexpr int A = 1, B = 2;` declares both
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(tt[p], 0)
+        if depth == 0 and tt[p] == "," and p + 1 < len(tt) and tk[p + 1] == "id":
+            names.append(tt[p + 1])
     return _Item(i, j, names=tuple(names), root=not droppable)
 
 
-def _cut(source: str, code, items: list[_Item]) -> str:
+def _cut(source: str, placed: Placed, items: list[_Item]) -> str:
     """``source`` without the lines of the items that are not live and of the comments that head
     only such items (see the module's docstring). An item sharing a line with another stays."""
-    starts = [0] + [m.end() for m in re.finditer("\n", source)]
     lines = source.split("\n")
+    starts = [0, *itertools.accumulate(map((1).__add__, map(len, lines[:-1])))]  # of each line
 
     def line_of(pos: int) -> int:
         return bisect.bisect_right(starts, pos) - 1
 
-    span = [(line_of(code[it.first].start), line_of(code[it.last].end - 1)) for it in items]
+    at, texts = placed.all_starts(), placed.texts
+    span = [(line_of(at[it.first]), line_of(at[it.last] + len(texts[it.last]) - 1)) for it in items]
     owner: dict[int, int] = {}
     for n, (a, b) in enumerate(span):
         for line in range(a, b + 1):
@@ -224,8 +252,8 @@ def _cut(source: str, code, items: list[_Item]) -> str:
     dead_lines: set[int] = set()
     for n, item in enumerate(items):
         a, b = span[n]
-        if (item.live or source[starts[a]:code[item.first].start].strip()
-                or not rest_is_comment(source, code[item.last].end)
+        if (item.live or source[starts[a]:at[item.first]].strip()
+                or not rest_is_comment(source, at[item.last] + len(texts[item.last]))
                 or any(items[owner[line]].live for line in range(a, b + 1) if owner[line] != n)):
             continue
         dead_lines.update(range(a, b + 1))
@@ -268,56 +296,58 @@ def _cut(source: str, code, items: list[_Item]) -> str:
 
 
 def drop_unused_constants(source: str) -> str:
-    code = code_of(source)
-    uses: dict[str, int] = {}
-    for t in code:
-        for name in names_in(t):
-            uses[name] = uses.get(name, 0) + 1
-    shape = Shape(code)
-    edits = []
-    for i, t in enumerate(code):
-        if t.text != "constexpr" or code[i - 1].text == "if":
+    shape = shape_of(source)
+    texts, kinds, at, end_of = shape.texts, shape.kinds, shape.placed.start, shape.placed.end
+    edits, struct_ends = [], {}
+    for i in indices(shape.texts, "constexpr"):
+        if texts[i - 1] == "if":
             continue
         start = i  # the declaration's first token
-        while start > 0 and code[start - 1].text in ("static", "inline", "[", "]", "maybe_unused"):
+        while start > 0 and texts[start - 1] in ("static", "inline", "[", "]", "maybe_unused"):
             start -= 1
-        if start > 0 and code[start - 1].text not in (";", "{", "}", ":") and code[start - 1].kind != "pp":
+        if start > 0 and texts[start - 1] not in (";", "{", "}", ":") and kinds[start - 1] != "pp":
             continue
         try:
-            found = declarators(code, i)
+            found = declarators(texts, kinds, i)
         except Unreadable:
             continue
         if not found:
             continue
-        brace = shape.parent[i]
-        kind, struct = brace_kind(code, brace) if brace >= 0 else ("block", None)
+        brace = shape.parent(i)
+        kind, struct = brace_kind(texts, kinds, brace) if brace >= 0 else ("block", None)
         if kind == "struct" and struct:
-            unused = [d for d in found if not _member_named(code, brace, struct, d[0])]
+            if brace not in struct_ends:
+                struct_ends[brace] = match(texts, brace)
+            unused = [d for d in found if not _member_named(shape, brace, struct_ends[brace], struct, d[0])]
         else:
-            unused = [d for d in found if uses.get(code[d[0]].text, 0) == 1]
+            unused = [d for d in found if shape.uses[texts[d[0]]] == 1]
         if len(unused) == len(found):
-            a, b = code[start].start, code[found[-1][1] + 1].end
+            a, b = at(start), end_of(found[-1][1] + 1)
             ls = line_start(source, a)
             if not source[ls:a].strip() and rest_is_comment(source, b):
                 a, b = ls, min(len(source), line_end(source, b) + 1)
             edits.append((a, b, ""))
         elif unused:  # the others, each after the separator that came before it
             kept = [d for d in found if d not in unused]
-            text = source[code[kept[0][0]].start:code[kept[0][1]].end]
+            text = source[at(kept[0][0]):end_of(kept[0][1])]
             for d in kept[1:]:
                 before = found[found.index(d) - 1]
-                text += source[code[before[1]].end:code[d[0]].start] + source[code[d[0]].start:code[d[1]].end]
-            edits.append((code[found[0][0]].start, code[found[-1][1]].end, text))
+                text += source[end_of(before[1]):at(d[0])] + source[at(d[0]):end_of(d[1])]
+            edits.append((at(found[0][0]), end_of(found[-1][1]), text))
     return splice(source, edits)
 
 
-def _member_named(code, brace: int, struct: str, n: int) -> bool:
-    """Whether the member declared at code[n] of the struct whose body opens at code[brace] is named
-    elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
-    name, end = code[n].text, match(code, brace)
-    for k in range(len(code)):
-        if k == n or code[k].text != name:
+def _member_named(shape: Shape, brace: int, end: int, struct: str, n: int) -> bool:
+    """Whether the member declared at token n of the struct whose body is tokens brace .. end is
+    named elsewhere: inside the struct, as struct::name, or after `.` or `->`."""
+    texts = shape.texts
+    name = texts[n]
+    if shape.uses[name] == 1:
+        return False  # it names itself only
+    for k in indices(texts, name):
+        if k == n:
             continue
-        if brace < k < end or code[k - 1].text in (".", "->") or code[k - 1].text == "::" and code[k - 2].text == struct:
+        if (brace < k < end or texts[k - 1] in (".", "->")
+                or texts[k - 1] == "::" and texts[k - 2] == struct):
             return True
     return False
