@@ -11,12 +11,11 @@ from functools import cached_property, lru_cache
 from itertools import accumulate, compress
 from operator import itemgetter
 
-_PUNCT = sorted(["<<=", ">>=", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
-                 "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", "{", "}", "(", ")", "[", "]", ";", ":", ",",
-                 ".", "?", "!", "~", "+", "-", "*", "/", "%", "&", "|", "^", "=", "<", ">", "#"], key=len, reverse=True)
+# The punctuators of one character (the longer ones are spelled out in _TOKEN, by first character)
+_PUNCT_CHARS = "{}()[];:,.?!~+-*/%&|^=<>#"
 # A token. Where alternatives can start alike, the first to match is the right one: a prefixed
 # string before an identifier, a comment or a number before punctuation, a directive before `#`;
-# punctuation takes its longest form (_PUNCT's, as a tree by first character). Each alternative
+# punctuation takes its longest form (spelled out as a tree by first character). Each alternative
 # starts with a character or a set, which the regex engine checks before trying it. Between
 # tokens, re.split leaves the whitespace: every other character starts a token, the last
 # alternative's where no other does.
@@ -33,7 +32,7 @@ _TOKEN = re.compile(
     re.DOTALL)
 # The kind of a token by its first character; None: it takes a second look (_scan)
 _KIND_OF_FIRST = {**{c: "id" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"},
-                  **{c: "num" for c in "0123456789"}, **{p: "punct" for p in _PUNCT if len(p) == 1},
+                  **{c: "num" for c in "0123456789"}, **{p: "punct" for p in _PUNCT_CHARS},
                   **{c: None for c in "uUL\"'/.#"}}
 _FIRST = itemgetter(0)
 
