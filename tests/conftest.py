@@ -62,7 +62,7 @@ LONGEST_FIRST = ["cli/test_docs.py", "tune/test_tune.py", "plot/test_plot.py", "
 
 
 def _module_rank(item) -> int:
-    path = Path(str(item.path)).as_posix()
+    path = item.path.as_posix()
     return next((n for n, name in enumerate(LONGEST_FIRST) if path.endswith("tests/" + name)), len(LONGEST_FIRST))
 
 

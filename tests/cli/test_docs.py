@@ -5,8 +5,9 @@ and results/README.md. docs/README.md states the convention for their fenced blo
 
 - ```sh       commands that need no GPU. Run by test_commands_run, in CI.
 - ```sh slow  commands that need no GPU but more CPU than the README's test run should spend on
-              one (a dispatcher of dozens of kernels: its emit, its nvcc; a Hopper harness's nvcc). Run in the document's order with its ```sh and
-              ```console blocks by test_slow_commands_run (marked slow: `pytest -m slow`, which CI runs too); their
+              one (a dispatcher of dozens of kernels: its emit, its nvcc; a Hopper harness's nvcc).
+              Run in the document's order with its ```sh and ```console blocks by
+              test_slow_commands_run (marked slow: `pytest -m slow`, which CI runs too); their
               gemmgen arguments are parsed in every run.
 - ```sh gpu   commands that need a GPU (bench, tune, running a built program). Run, in the
               document's order with its other blocks, by test_gpu_commands_run (marked gpu: it
