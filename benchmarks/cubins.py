@@ -9,7 +9,8 @@ points in five other variants (layouts, C's type, bias, activation, strided batc
 points covering each of its options (swap, thin tiles, stream-K, clusters, ping-pong, overlap,
 tf32). Each entry is rendered and compiled to a cubin alone (nvcc -cubin, the flags
 gemmgen.build.nvcc uses for the kernel); the fingerprint is the cubin's sha256 and the emitted
-file's line count. Needs nvcc, no GPU. Exit 1 when --against finds a difference.
+file's line count. Needs nvcc, no GPU. Exit 1 when --against finds a difference, or nvcc warns
+(a variable the trimming left unused, say).
 """
 
 import argparse
@@ -81,7 +82,9 @@ def fingerprint(config) -> dict:
                                str(src), "-o", str(cubin)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             return {"error": (proc.stdout + proc.stderr).strip()[-400:], "lines": source.count("\n")}
-        return {"sha256": hashlib.sha256(cubin.read_bytes()).hexdigest(), "lines": source.count("\n")}
+        warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "warning" in line]
+        return {"sha256": hashlib.sha256(cubin.read_bytes()).hexdigest(), "lines": source.count("\n"),
+                **({"warnings": warnings} if warnings else {})}
 
 
 def main(argv=None) -> int:
@@ -120,7 +123,10 @@ def main(argv=None) -> int:
     errors = [label for label, p in prints.items() if "error" in p]
     for label in errors:
         print(f"compile error: {label}: {prints[label]['error']}", file=sys.stderr)
-    return 1 if differ or errors else 0
+    warned = [label for label, p in prints.items() if "warnings" in p]
+    for label in warned:
+        print(f"warnings: {label}: " + " | ".join(prints[label]["warnings"]), file=sys.stderr)
+    return 1 if differ or errors or warned else 0
 
 
 if __name__ == "__main__":

@@ -131,6 +131,118 @@ extern "C" __global__ void k(int* out)
     assert "last = i + 1;" not in trimmed  # other names last elsewhere too: its dead branch goes
 
 
+def test_a_plain_if_goes_where_a_constant_operand_decides_it():
+    """`GG_SPLIT && k < n` is false whatever `k < n` is (which reads as a template to the
+    evaluator); C++ never evaluates it, and the compiler drops the branch as it drops an `if
+    constexpr` one."""
+    source = """\
+constexpr bool GG_SPLIT = false;
+extern "C" __global__ void k(int* out, int k, int n)
+{
+    if (GG_SPLIT && k < n) {
+        out[1] = k;
+    }
+    if (!GG_SPLIT || k < n)
+        out[0] = n;
+    if (k < n)
+        out[2] = 2;
+}
+"""
+    trimmed = trim(source)
+    assert "out[1]" not in trimmed
+    assert "{\n    out[0] = n;\n    if (k < n)\n        out[2] = 2;\n}" in trimmed
+
+
+def test_a_decided_conditional_folds_only_where_its_type_cannot_matter():
+    source = """\
+constexpr bool GG_KC = true;
+__device__ int f(int x);
+__device__ float g(float x);
+extern "C" __global__ void k(int* out, float* fout, int m, int kk)
+{
+    const int gr = GG_KC ? m + 1 : kk + 1, gc = GG_KC ? kk : m;
+    auto a = GG_KC ? 1 : 2.5f;
+    const int& r = GG_KC ? out[0] : out[1];
+    out[3] = f(GG_KC ? m : kk);
+    fout[0] = g(a) + (float)r;
+    out[1] = out[GG_KC ? 2 : 1] + gr + gc;
+    out[2] = (GG_KC ? m : kk < m) && kk > 0;
+    auto frag = [&](int s) -> unsigned { return GG_KC ? s * 2u : f(s); };
+    auto pick = [&](int s) { return GG_KC ? s : 1.5f; };
+    out[4] = frag(m) + pick(kk);
+}
+"""
+    trimmed = trim(source)
+    assert "const int gr = m + 1, gc = kk;" in trimmed  # declared with a type: converted to it either way
+    assert "auto a = GG_KC ? 1 : 2.5f;" in trimmed  # a float: `1` alone would make it an int
+    assert "const int& r = GG_KC ? out[0] : out[1];" in trimmed  # a reference binds to the operand itself
+    assert "f(GG_KC ? m : kk)" in trimmed  # an argument: which overload is called may follow the type
+    assert "out[1] = out[2] + gr + gc;" in trimmed  # two int literals: one type
+    assert "out[2] = m && kk > 0;" in trimmed  # tested as bool; the parentheses only grouped it
+    assert "return s * 2u;" in trimmed  # the lambda says what it returns
+    assert "return GG_KC ? s : 1.5f;" in trimmed  # it does not: its return type is the expression's
+
+
+def test_a_conditional_whose_operands_hold_commas_and_templates_folds_whole():
+    source = """\
+constexpr bool GG_SWAP = false, GG_KC = true;
+template <int A, bool B> __device__ unsigned swz(int r, int c);
+extern "C" __global__ void k(unsigned* out, int lane)
+{
+    const unsigned frag = GG_SWAP ? swz<4, false>(lane % 8, lane / 8)
+                          : GG_KC ? swz<4, false>(lane % 16, lane / 16)
+                                  : swz<4, true>(lane, 0);
+    out[0] = frag;
+}
+"""
+    assert "const unsigned frag = swz<4, false>(lane % 16, lane / 16);" in trim(source)
+
+
+def test_a_dead_operand_a_lambda_captures_through_stays():
+    source = """\
+constexpr bool GG_REG = true;
+extern "C" __global__ void k(int* out, int m)
+{
+    const bool col_in = m > 4;
+    auto in = [&](int r) -> bool { return GG_REG ? r < m : col_in; };
+    auto in2 = [&](int r) -> bool { return GG_REG ? r < m && col_in : col_in; };
+    out[0] = in(1) + in2(2);
+}
+"""
+    trimmed = trim(source)
+    assert "return GG_REG ? r < m : col_in;" in trimmed  # col_in is named nowhere else in `in`
+    assert "return r < m && col_in;" in trimmed
+
+
+def test_code_after_a_jump_goes_unless_a_label_leads_there():
+    source = """\
+constexpr bool GG_SWAP = true;
+extern "C" __global__ void k(int* out, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        if constexpr (GG_SWAP) {
+            const int j = i + 1;
+            out[j] = i;
+            continue;  // stored
+        }
+        // the other layout
+        out[i] = -i;
+    }
+    switch (n) {
+    case 1:
+        out[0] = 1;
+        break;
+    case 2:
+        out[0] = 2;
+    }
+}
+"""
+    trimmed = trim(source)
+    assert "out[i] = -i" not in trimmed and "the other layout" not in trimmed
+    assert "continue;  // stored\n        }\n    }" in trimmed
+    assert "case 2:\n        out[0] = 2;" in trimmed
+
+
 def test_a_used_helper_stays_and_an_unused_one_goes_with_its_comment():
     source = """\
 #define GG_DEVICE __device__ __forceinline__

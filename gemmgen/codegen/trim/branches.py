@@ -1,5 +1,6 @@
-"""Step 1: an ``if constexpr`` statement whose condition the file's constants decide becomes its
-live branch, and a dead one without an else goes.
+"""Step 1: an ``if`` statement whose condition the file's constants decide becomes its live
+branch, and a dead one without an else goes. ``if constexpr`` or not: a plain ``if`` on a constant
+is as dead, and the compiler drops it too.
 
 The live branch keeps its text and comments, moved left to the statement's indentation. A block
 stands in the enclosing block without its braces where that changes no scope: none of its
@@ -34,33 +35,39 @@ from gemmgen.codegen.trim.cxx import (
 
 
 def trim_branches(source: str) -> str:
-    """``source`` with every decided ``if constexpr`` statement replaced by its live branch, to a
+    """``source`` with every decided ``if`` statement replaced by its live branch, to a
     fixpoint (outer statements first, then what their branches hold)."""
-    while True:
-        comments, shape = read(source).comments, shape_of(source)
-        at = shape.placed.start
-        edits, taken_until = [], -1
-        for decided in decided_conditions(shape):
-            if at(decided.index) < taken_until:
-                continue  # inside one edited already: the next pass
-            try:
-                edit = None if would_change_captures(shape, decided) else _edit(source, comments, shape, decided)
-            except Unreadable:
-                continue
-            if edit is not None:
-                edits.append(edit)
-                taken_until = edit[1]
-        if not edits:
-            return source
+    while edits := branch_edits(source):
         source = splice(source, edits)
+    return source
+
+
+def branch_edits(source: str) -> list[tuple[int, int, str]]:
+    """The (start, end, text) edits that replace the outermost decided ``if`` statements of
+    ``source`` by their live branches (those inside them wait for the next pass)."""
+    comments, shape = read(source).comments, shape_of(source)
+    at = shape.placed.start
+    edits, taken_until = [], -1
+    for decided in decided_conditions(shape):
+        if at(decided.index) < taken_until:
+            continue  # inside one edited already: the next pass
+        try:
+            edit = None if would_change_captures(shape, decided) else _edit(source, comments, shape, decided)
+        except Unreadable:
+            continue
+        if edit is not None:
+            edits.append(edit)
+            taken_until = edit[1]
+    return edits
 
 
 def _parts(shape: Shape, decided: Decided) -> tuple[int, tuple[int, int] | None, int]:
     """(the condition's `)`, the live branch's first and last token or None, the statement's last
     token) of the statement at decided."""
     texts, kinds, i = shape.texts, shape.kinds, decided.index
-    close = match(texts, i + 2)
-    if ";" in texts[i + 3:close]:
+    paren = i + 2 if texts[i + 1] == "constexpr" else i + 1
+    close = match(texts, paren)
+    if ";" in texts[paren + 1:close]:
         raise Unreadable  # an init-statement: the templates write none
     then_end = statement_end(texts, kinds, close + 1)
     has_else = then_end + 1 < len(texts) and texts[then_end + 1] == "else"
@@ -76,27 +83,38 @@ def would_change_captures(shape: Shape, decided: Decided) -> bool:
     compiler's output. A name counts as such a local where the function declares it before the
     lambda (a constexpr scalar excepted: naming one is no odr-use); the lambda keeps capturing it
     where it names it elsewhere too."""
+    def removed() -> set[int]:
+        _, live, last = _parts(shape, decided)
+        return set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
+
+    return changes_captures(shape, decided.index, removed)
+
+
+def changes_captures(shape: Shape, at: int, removed) -> bool:
+    """Whether removing the tokens removed() (indices; asked for only where token `at`, among
+    them, lies in a lambda with a capture-default) changes what a lambda around it captures (see
+    would_change_captures)."""
     texts, kinds = shape.texts, shape.kinds
-    removed = None  # worked out at the first such lambda: most statements lie in none
-    for brace in shape.braces_around(decided.index):
+    gone = None  # worked out at the first such lambda: most statements lie in none
+    for brace in shape.braces_around(at):
         intro = shape.lambda_introducer(brace)
         if intro is None or texts[intro + 1] not in ("&", "=") or texts[intro + 2] not in (",", "]"):
             continue
-        if removed is None:
-            _, live, last = _parts(shape, decided)
-            removed = set(range(decided.index, last + 1)) - (set(range(live[0], live[1] + 1)) if live else set())
-            names = {texts[n] for n in removed if kinds[n] == "id" and texts[n - 1] not in (".", "->", "::")}
-            start = shape.start(decided.index)
+        if gone is None:
+            gone = removed()
+            names = {texts[n] for n in gone if kinds[n] == "id" and texts[n - 1] not in (".", "->", "::")}
+            start = shape.start(at)
         locals_before = _locals(shape, start, intro)
         named_elsewhere = {texts[n] for n in range(intro, match(texts, brace) + 1)
-                           if n not in removed and kinds[n] == "id"}
+                           if n not in gone and kinds[n] == "id"}
         if any(name in locals_before and name not in named_elsewhere for name in names):
             return True
     return False
 
 
 def _locals(shape: Shape, a: int, b: int) -> set[str]:
-    """Names that tokens [a, b) may declare as variables or parameters, but constexpr scalars."""
+    """Names that tokens [a, b) may declare as variables or parameters, but constexpr scalars and
+    type aliases (``using X = ...``: a type is never captured)."""
     texts, kinds = shape.texts, shape.kinds
     constants = set()  # indexes of the declarators of constexpr scalars
     for n in range(a, b):
@@ -107,7 +125,7 @@ def _locals(shape: Shape, a: int, b: int) -> set[str]:
                 found = []
             if found and set(texts[n + 1:found[0][0]]) <= INT_TYPES | {"static", "const", "auto"}:
                 constants.update(d[0] for d in found)
-    return {texts[n] for n in shape.declared_in(a, b) if n not in constants}
+    return {texts[n] for n in shape.declared_in(a, b) if n not in constants and texts[n - 1] != "using"}
 
 
 _STATEMENT_WORDS = {"if", "for", "while", "do", "switch", "return", "break", "continue", "{", "asm", "++", "--", "*",
@@ -229,7 +247,7 @@ def _edit(source: str, comments: Placed, shape: Shape, decided: Decided) -> tupl
 
 def _else_edit(source: str, comments: Placed, shape: Shape, i: int, live, heads_from,
                s_end: int) -> tuple[int, int, str] | None:
-    """The edit of an `else if constexpr` statement (token i is its `if`): `else` and the live
+    """The edit of an `else if` statement (token i is its `if`): `else` and the live
     branch, or nothing."""
     texts, kinds, at, end_of = shape.texts, shape.kinds, shape.placed.start, shape.placed.end
     else_start, else_end, before_end = at(i - 1), end_of(i - 1), end_of(i - 2)

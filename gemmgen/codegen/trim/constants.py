@@ -1,4 +1,4 @@
-"""The values of a file's compile-time constants, and which ``if constexpr`` conditions they decide.
+"""The values of a file's compile-time constants, and which ``if`` and ``?:`` conditions they decide.
 
 Only what the file itself says counts: constexpr variables whose initializer evaluates (literals,
 other such constants, enumerators, ``sizeof`` of a fundamental type or an alias of one), with C++
@@ -48,10 +48,42 @@ class _Expr:
         try:
             value = self.ternary()
         except Unreadable:
-            return UNKNOWN
+            return self.logical()
         if self.i != len(self.texts) or self.unsigned and self.negative:
             return UNKNOWN
         return value
+
+    def logical(self):
+        """The value of an expression that does not read whole, where it is a chain of `||` and
+        `&&` (outside brackets) whose operands that read decide it: `HP_SPLIT && k < n` is false
+        whatever `k < n` is (it may read as a template), as C++ never evaluates it."""
+        texts, kinds, depth, cuts = self.texts, self.kinds, 0, []
+        for n, t in enumerate(texts):
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(t, 0)
+            if depth == 0 and t in ("?", ":", "=", ","):
+                return UNKNOWN
+            if depth == 0 and t in ("||", "&&"):
+                cuts.append(n)
+        if not cuts:
+            return UNKNOWN
+
+        def value(a: int, b: int):
+            return _Expr(texts[a:b], kinds[a:b], self.scopes).evaluate() if a < b else UNKNOWN
+
+        ors, start = [], 0  # the operands of `||`, each a chain of `&&`
+        for n in cuts + [len(texts)]:
+            if n == len(texts) or texts[n] == "||":
+                ors.append((start, n))
+                start = n + 1
+        result = 0
+        for a, b in ors:
+            ands = [n for n in cuts if a < n < b] + [b]
+            term, start = 1, a
+            for n in ands:
+                term = _Expr.apply("&&", term, value(start, n))
+                start = n + 1
+            result = _Expr.apply("||", result, term)
+        return result
 
     def peek(self) -> str | None:
         return self.texts[self.i] if self.i < len(self.texts) else None
@@ -152,12 +184,23 @@ class _Expr:
 
 @dataclass(frozen=True)
 class Decided:
-    index: int  # of the `if` among the tokens
+    index: int  # of the `if` among the tokens (of the `?` for a conditional expression)
     live: bool  # whether the condition holds
+    first: int = -1  # a conditional expression's: its condition's first token
 
 
-def decided_conditions(shape: Shape) -> list[Decided]:
-    """The ``if constexpr`` statements of the code whose condition the file's constants decide, in order."""
+def decided_conditions(shape: Shape, ternaries: bool = False) -> list[Decided]:
+    """The ``if`` statements (constexpr or not) of the code whose condition the file's constants
+    decide, in order; with ternaries, the conditional expressions (c ? x : y) instead, but those in a
+    constexpr declaration or an ``if`` condition, which are evaluated whole. One reading of the
+    code finds both, kept with the shape: the steps that ask for each read the same text in turn."""
+    found = shape.__dict__.get("_decided")
+    if found is None:
+        found = shape.__dict__["_decided"] = _decide(shape)
+    return [d for d in found if (d.first >= 0) == ternaries]
+
+
+def _decide(shape: Shape) -> list[Decided]:
     texts, kinds = shape.texts, shape.kinds
     enum_types = {texts[i + 1] for i in indices(texts, "enum") if i + 1 < len(texts) and kinds[i + 1] == "id"}
     scopes = _Scopes(enum_types)
@@ -177,12 +220,20 @@ def decided_conditions(shape: Shape) -> list[Decided]:
             m = re.match(r"#\s*define\s+(\w+)", text)
             if m:
                 scopes.stack[0][m[1]] = _UNKNOWN_NAME
-        elif text == "if" and i + 1 < len(texts) and texts[i + 1] == "constexpr":
-            close = match(texts, i + 2)
-            value = _Expr(texts[i + 3:close], kinds[i + 3:close], scopes).evaluate()
-            if value is not UNKNOWN:
-                found.append(Decided(i, bool(value)))
+        elif text == "if" and i + 1 < len(texts) and texts[i + 1] in ("constexpr", "("):
+            paren = i + 2 if texts[i + 1] == "constexpr" else i + 1
+            close = match(texts, paren)
+            if _may_decide(texts, kinds, paren + 1, close, scopes):
+                value = _Expr(texts[paren + 1:close], kinds[paren + 1:close], scopes).evaluate()
+                if value is not UNKNOWN:
+                    found.append(Decided(i, bool(value)))
             then = close + 1
+        elif text == "?":
+            first = condition_first(texts, kinds, i)
+            if first < i and _may_decide(texts, kinds, first, i, scopes):
+                value = _Expr(texts[first:i], kinds[first:i], scopes).evaluate()
+                if value is not UNKNOWN:
+                    found.append(Decided(i, bool(value), first))
         elif text == "constexpr" or text in ("typedef", "using") and texts[i - 1] != "::":
             then = _declaration(texts, kinds, i, scopes)
         elif text == "enum" and (body := _enum_body(texts, i)) is not None:
@@ -209,7 +260,50 @@ def decided_conditions(shape: Shape) -> list[Decided]:
     return found
 
 
-_STEPS = {"if", "constexpr", "typedef", "using", "enum", "{", "}"}
+_STEPS = {"if", "constexpr", "typedef", "using", "enum", "{", "}", "?"}
+
+
+def _may_decide(texts: list[str], kinds: list[str], a: int, b: int, scopes: _Scopes) -> bool:
+    """Whether the condition of tokens [a, b) names a known constant (or sizeof, true, false), or no
+    name at all: the only conditions worth evaluating (most name variables only)."""
+    named, n = False, a
+    while n < b:
+        if kinds[n] == "id":
+            if texts[n] in ("sizeof", "true", "false"):
+                return True
+            name = texts[n]
+            while n + 2 < b and texts[n + 1] == "::":  # a struct's member: S::X
+                n += 2
+                name += "::" + texts[n]
+            found = scopes.lookup(name)
+            if found is not None and found[0] == "value":
+                return True
+            named = True
+        n += 1
+    return not named
+# What may stand before the condition of a conditional expression: what binds less tightly (and
+# brackets, statements' edges and the words that start one). Everything else binds more tightly,
+# so the condition is the longest run of other tokens before the `?` (a template's `<` is no
+# stop: a condition read through one names a template, which evaluates to nothing).
+_BEFORE_A_CONDITION = {",", ";", "?", ":", "{", "}", "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=",
+                       ">>=", "return", "case", "if", "else", "do", "while", "for", "switch", "throw"}
+
+
+def condition_first(texts: list[str], kinds: list[str], q: int) -> int:
+    """The index of the first token of the condition of the conditional expression whose `?` is token q."""
+    k, depth = q - 1, 0
+    while k >= 0:
+        t = texts[k]
+        if t in (")", "]"):
+            depth += 1
+        elif t in ("(", "["):
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and (t in _BEFORE_A_CONDITION or kinds[k] == "pp"):
+            break
+        k -= 1
+    return k + 1
 
 
 def _enum_body(texts: list[str], i: int) -> int | None:

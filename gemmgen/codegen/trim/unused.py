@@ -1,6 +1,6 @@
-"""Steps 2 and 3: what nothing names goes.
+"""Steps 4 and 5: what nothing names goes.
 
-Step 2 reads the file's namespace-scope declarations (anonymous namespaces opened) and keeps
+Step 4 reads the file's namespace-scope declarations (anonymous namespaces opened) and keeps
 those reachable, by the names their tokens hold, from the roots: kernels, ``extern "C"``
 functions, directives, and whatever it cannot tell is droppable -- a function defined neither
 inline, as a template nor internal, a variable not constexpr, a declaration it cannot read.
@@ -10,7 +10,7 @@ where it holds a section heading (``// ---- title ----``, the templates' convent
 declarations up to the next heading. It goes when all it heads go. An anonymous namespace left
 empty goes too.
 
-Step 3 drops constexpr variables at any scope that nothing else names (a struct member: inside
+Step 5 drops constexpr variables at any scope that nothing else names (a struct member: inside
 its struct, as S::X, or after `.` or `->`), whole declarations or single declarators.
 """
 
