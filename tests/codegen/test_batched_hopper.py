@@ -52,13 +52,13 @@ def test_hopper_computes_a_strided_batch_and_names_it():
 
 def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
     source = render_kernel(config("nt_obf16_bcol_gelu"))
-    assert "constexpr bool HP_BATCHED = true;" in source
+    assert "    b = unit / batch_units;\n    unit -= b * batch_units;" in source  # if constexpr (HP_BATCHED), decided
     assert "int M, int N, int K, int batch, float alpha, const __nv_bfloat16* __restrict__ A, long long stride_a," in source
     assert "__nv_bfloat16* __restrict__ C, long long stride_c, const __nv_bfloat16* __restrict__ bias, long long stride_bias" in source
     assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4 }]" in source
     assert "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in source
     # batch x units, one list; an operand of stride 0 is read at coordinate 0
-    assert "const int units = HP_BATCHED ? batch_units * batch : batch_units;" in source
+    assert "const int units = batch_units * batch;" in source  # HP_BATCHED ? ... : batch_units, decided
     assert "const int za = stride_a != 0 ? b : 0, zb = stride_b != 0 ? b : 0;" in source
     assert "gg_grouped_tile(hp_in_matrix(work.unit, batch_units, b), unit_rows, tiles_n, 8, um, tn);" in source
     assert "using CT = __nv_bfloat16;" in source and "const CT* const bias_mat = hp_matrix(bias, b, stride_bias);" in source
@@ -70,7 +70,8 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
     # one product: the same code, batch 1 and zero strides as constants, 2-D maps
     plain = render_kernel(make_config("hopper", {**BASE, **POINTS["nt_obf16_bcol_gelu"][1], "batch": "none"}, "bf16",
                                       "sm_90"))
-    assert "constexpr bool HP_BATCHED = false;" in plain and "constexpr gg_batch GG_BATCH = GG_BATCH_NONE;" in plain
+    assert "const int units = batch_units;" in plain  # HP_BATCHED ? ... : batch_units, decided
+    assert "constexpr bool HP_BATCHED" not in plain and "GG_BATCH =" not in plain  # every use decided, trimmed
     assert "unsigned long long a_mats = 0, b_mats = 0, c_mats = 0" in plain  # 2-D maps unless batched
     assert "[[maybe_unused]] constexpr int batch = 1;" in plain
     assert "[[maybe_unused]] constexpr long long stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;" in plain

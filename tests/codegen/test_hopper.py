@@ -215,7 +215,7 @@ def test_tma_store_epilogue_and_its_map(params):
     assert "cp.async.bulk.commit_group;" in source and "fence.proxy.async.shared::cta;" in source
     assert "cp.async.bulk.wait_group.read %0;" in source and "cp.async.bulk.wait_group %0;" in source
     assert "gg_bulk_wait_read<HP_C_BUFFERS - 1>();" in source and "gg_bulk_wait<0>();" in source
-    assert "__syncwarp();" in source and "constexpr bool HP_STREAM_K = false;" in source
+    assert "__syncwarp();" in source and "HP_STREAM_K" not in source  # no stream-K: every use decided, trimmed
     # the direct stores stay for beta != 0 and misaligned C
     assert "v0 += beta * old.x" in source
 
@@ -337,7 +337,7 @@ def test_variants_branch_in_cpp_and_compile_only_their_own_code(params, pingpong
     source holds every branch; the machine code must hold only its own: the consumers' named
     barrier of 256 threads (bar 0x100) with ping-pong only, the warpgroup's (0x80) with stream-K only."""
     config = make_config("hopper", {**DEFAULT, **params}, "fp16", "sm_90")
-    source = render_kernel(config)
+    source = render_kernel(config, untrimmed=True)
     assert f"constexpr bool HP_PINGPONG = {str(pingpong).lower()};" in source
     assert f"constexpr bool HP_STREAM_K = {str(stream_k).lower()};" in source
     result = build_kernel(config)
@@ -396,9 +396,11 @@ def test_stream_k_source_and_launcher():
     assert "out.flag_words = out.grid[0] * 2ULL;" in source
     assert "out.partial_bytes = out.grid[0] * 131072ULL;" in source
     whole = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
-    # without stream-K the branch is compiled out (HP_STREAM_K, see the SASS test) and the launcher
-    # asks for no workspace: its stream-K rule (an if constexpr) is trimmed away
-    assert "constexpr bool HP_STREAM_K = false;" in whole and "static constexpr bool stream_k = false;" in whole
+    # without stream-K the branches are trimmed away (HP_STREAM_K, and the flags' release and
+    # acquire with them; see the SASS test) and the launcher asks for no workspace: its stream-K
+    # rule (an if constexpr) is trimmed away
+    assert "HP_STREAM_K" not in whole and "static constexpr bool stream_k = false;" in whole
+    assert "st.release.gpu.global.u32" not in whole and "sk_flags" not in whole
     assert "out.flag_words" not in whole and "out.partial_bytes" not in whole
 
 
@@ -445,7 +447,7 @@ def test_overlap_point_name_and_source():
     # tile of the next item, after its wgmmas are committed, and whatever is left after its k loop
     # or the last item
     assert "constexpr bool HP_OVERLAP = true;" in source and "constexpr int HP_NACC = 128;" in source
-    assert "held[i] = HP_EPILOGUE ? acc[0][HP_NACC / 2 + i] : alpha * acc[0][HP_NACC / 2 + i];" in source
+    assert "held[i] = alpha * acc[0][HP_NACC / 2 + i];" in source  # HP_EPILOGUE ? ... : ..., decided
     assert "for (int j = 0; j < (HP_OVERLAP ? BN / 2 : BN) / HP_C_BOX_COLS; ++j)" in source
     assert "constexpr int HELD_BOXES = 4;" in source and "HP_C_BOX_COLS = 32;" in source
     assert "switch (kt - k_begin) {" in source and "case 3:\n                        store_held_box(3);" in source
@@ -542,7 +544,7 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     # the launcher's map over A as stored (K rows of M) or over its packed copy (rows of mp), which the
     # pack kernel makes of A as stored
     assert "constexpr bool GG_A_T = true;" in source and "constexpr bool GG_B_T = false;" in source
-    assert "const int a_rows = GG_A_T ? o.K : o.M, a_cols = GG_A_T ? o.M : o.K;" in source
+    assert "const int a_rows = o.K, a_cols = o.M;" in source  # GG_A_T ? o.K : o.M, decided
     assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+64, 64,", source)
     assert "over A (K x M as stored, box 64 x 64)" in source
     assert "gg_pack_plan<8, __half, GG_B_T, GG_A_T>(M, N, K, A, B, a_bytes, b_bytes);" in source  # the pack kernel
@@ -568,8 +570,8 @@ def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
     assert "HP_A_LOADS = 4," in source and "constexpr unsigned HP_A_BOX_BYTES = 8192," in source
     # the launcher's maps: A K x M, B N x K, both as stored
     assert "constexpr bool GG_A_T = true;" in source and "constexpr bool GG_B_T = true;" in source
-    assert "const int a_rows = GG_A_T ? o.K : o.M, a_cols = GG_A_T ? o.M : o.K;" in source
-    assert "const int b_rows = GG_B_T ? o.N : o.K, b_cols = GG_B_T ? o.K : o.N;" in source
+    assert "const int a_rows = o.K, a_cols = o.M;" in source  # GG_A_T ? o.K : o.M, decided
+    assert "const int b_rows = o.N, b_cols = o.K;" in source
 
 
 @pytest.mark.slow

@@ -110,7 +110,8 @@ def test_mma_renders_the_stored_layout_for_its_cpp_to_follow(trans):
     # 16-bit tiles: ldmatrix for all
     assert f"A_KC = {_bool(trans[0] == 'n')}, B_KC = {b_t}, SWAP = false, A_PAIRS = false, B_PAIRS = false;" in body
     assert f'return "{trans} fp32' in source  # the launcher says what it computes
-    assert "int lda = A_T ? M : K, ldb = B_T ? K : N;" in body  # leading dimensions of A and B as stored
+    lda, ldb = ("M" if trans[0] == "t" else "K"), ("K" if trans[1] == "t" else "N")
+    assert f"int lda = {lda}, ldb = {ldb};" in body  # of A and B as stored (A_T ? M : K, decided)
     assert "gg_packed_operands<VEC, T, B_T, A_T>(M, N, K, A, B, ws.packed, a_op, lda, b_op, ldb);" in body
     # the pack kernel's plan and the launcher's, of A and B as stored (the vocabulary's GG_A_T, GG_B_T)
     assert f"constexpr bool GG_A_T = {a_t};" in source and f"constexpr bool GG_B_T = {b_t};" in source

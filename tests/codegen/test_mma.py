@@ -103,11 +103,12 @@ def test_split_k_joins_the_name_grid_and_workspace_only_above_1():
     assert make_config("mma", {**DEFAULT, "split_k": 1}, "bf16").name == "mma_128x128x32_w2x2_s3_f2_bf16"
     assert split.geometry.split_k == 4
     source = render_kernel(split)
-    assert "THREADS = 128, SPLIT_K = 4;" in source
+    assert "constexpr int WARPS_N = 2, THREADS = 128;" in source  # SPLIT_K: every use decided, trimmed
     assert "\n    gg_splitk_range<BK>(K, split_begin, split_end);" in source  # if constexpr (SPLIT_K > 1), decided
+    assert "const int k_begin = split_begin, k_end = split_end;" in source  # SPLIT_K > 1 ? split_begin : 0
     assert "gg_splitk_reduce<FI * FJ * 4, THREADS>(&acc[0][0][0], ws)" in source
     plain = render_kernel(make_config("mma", DEFAULT, "bf16"))
-    assert "THREADS = 128, SPLIT_K = 1;" in plain and "gg_splitk" not in plain
+    assert "const int k_begin = 0, k_end = split_end;" in plain and "gg_splitk" not in plain
 
 
 def test_needs_sm80():

@@ -137,15 +137,16 @@ def test_split_and_swizzle_code_only_where_asked():
         return {int(g) for g in re.findall(r"gg_(?:block_swizzle\(|tile_origin<BM, BN, )(\d+)", source)} - {1}
 
     plain = body(resolve_point("v4"))
-    assert "SPLIT_K = 1;" in plain and not groups(plain)
+    assert "const int k_begin = 0, k_end = split_end;" in plain and not groups(plain)  # SPLIT_K > 1 ? ... : 0
     assert "gg_splitk" not in plain  # the split-K code is trimmed away (its if constexpr is false)
     split = body(warp(split_k=4))
-    assert "SPLIT_K = 4;" in split and "if constexpr (SPLIT_K" not in split  # true: the code stands alone
+    assert "if constexpr (SPLIT_K" not in split  # true: the code stands alone
+    assert "const int k_begin = split_begin, k_end = split_end;" in split
     assert "\n    gg_splitk_range<BK>(K, split_begin, split_end);" in split
     assert "\n    if (!gg_splitk_reduce<TM * TN, THREADS>(&acc[0][0], ws))\n        return;" in split
     assert not groups(split)
     swizzled = body(warp(swizzle=8))
-    assert groups(swizzled) == {8} and "SPLIT_K = 1;" in swizzled
+    assert groups(swizzled) == {8} and "gg_splitk" not in swizzled
 
 
 def test_common_helpers_keep_their_signatures():
