@@ -22,8 +22,8 @@ Where a removal would change what a lambda captures, the code stays (the closure
 move the compiler's output). The reader (cxx.py) knows tokens, brackets, statements and
 namespace-scope declarations, not C++ at large: what it cannot read, it leaves.
 
-Trimming a file takes a few hundredths of a second (0.03 s for v4, 0.07 s for hopper_fp16, measured
-on 2026-11-28), and tuners, dispatchers and tests render the same points in many processes, so a
+Trimming a file takes about a tenth of a second (0.06 s for v4, 0.12 s for hopper_fp16, CPU time
+measured on 2026-11-28), and tuners, dispatchers and tests render the same points in many processes, so a
 result is kept in the cache folder (gemmgen.paths.cache_dir, ``trimmed/``) under the hash of the
 source and of this package's code.
 """
