@@ -208,8 +208,9 @@ def pytest_args(words: list[str]) -> list[str] | None:
 
 # nvcc as the documents' commands call it, through a cache: the same call on the same source
 # (README.md, docs/usage.md and docs/results.md each build v4's --harness program) runs nvcc once
-# and copies its output file after that. A call it cannot read (not one .cu file and an output)
-# goes to nvcc.
+# and copies its output file after that (each process through a part file of its own: sections
+# that run the same build at once both keep it). A call it cannot read (not one .cu file and an
+# output) goes to nvcc.
 NVCC_CACHED = """#!{python}
 import hashlib, os, shutil, subprocess, sys
 nvcc, cache, args = {nvcc!r}, {cache!r}, sys.argv[1:]
@@ -227,8 +228,9 @@ if not os.path.isfile(kept):
     if status:
         sys.exit(status)
     os.makedirs(cache, exist_ok=True)
-    shutil.copy2(out, kept + ".part")
-    os.replace(kept + ".part", kept)
+    part = "%s.%d.part" % (kept, os.getpid())
+    shutil.copy2(out, part)
+    os.replace(part, kept)
 else:
     shutil.copy2(kept, out)
 """
