@@ -449,8 +449,9 @@ class Shape:
         a variable, a type): a type-like word before them, `=` `;` `,` `)` and the like after, erring
         towards yes."""
         texts, kinds = self.texts, self.kinds
-        return [i for i in range(1, len(texts) - 1)
-                if kinds[i] == "id" and texts[i + 1] in _AFTER_A_DECLARATOR
+        after = _AFTER_A_DECLARATOR
+        return [i for i, (kind, nxt) in enumerate(zip(kinds[1:-1], texts[2:]), 1)
+                if nxt in after and kind == "id"
                 and (texts[i - 1] not in _BEFORE_AN_EXPRESSION if kinds[i - 1] == "id"
                      else texts[i - 1] in _POINTER_LIKE)]
 
