@@ -134,9 +134,10 @@ extern "C" __global__ void k(int* out)
 def test_a_plain_if_goes_where_a_constant_operand_decides_it():
     """`GG_SPLIT && k < n` is false whatever `k < n` is (which reads as a template to the
     evaluator); C++ never evaluates it, and the compiler drops the branch as it drops an `if
-    constexpr` one."""
+    constexpr` one. `f(k) && GG_SPLIT` calls f first: it stays."""
     source = """\
 constexpr bool GG_SPLIT = false;
+__device__ int f(int x);
 extern "C" __global__ void k(int* out, int k, int n)
 {
     if (GG_SPLIT && k < n) {
@@ -146,11 +147,13 @@ extern "C" __global__ void k(int* out, int k, int n)
         out[0] = n;
     if (k < n)
         out[2] = 2;
+    if (f(k) && GG_SPLIT)
+        out[3] = 3;
 }
 """
     trimmed = trim(source)
     assert "out[1]" not in trimmed
-    assert "{\n    out[0] = n;\n    if (k < n)\n        out[2] = 2;\n}" in trimmed
+    assert "{\n    out[0] = n;\n    if (k < n)\n        out[2] = 2;\n    if (f(k) && GG_SPLIT)\n        out[3] = 3;\n}" in trimmed
 
 
 def test_a_decided_conditional_folds_only_where_its_type_cannot_matter():
@@ -241,6 +244,8 @@ extern "C" __global__ void k(int* out, int n)
     assert "out[i] = -i" not in trimmed and "the other layout" not in trimmed
     assert "continue;  // stored\n        }\n    }" in trimmed
     assert "case 2:\n        out[0] = 2;" in trimmed
+    guarded = trim(source.replace("            continue;  // stored\n", "#if GG_STORED\n            continue;  // stored\n#endif\n"))
+    assert "out[i] = -i" in guarded  # the jump may not be compiled: what follows stays
 
 
 def test_a_used_helper_stays_and_an_unused_one_goes_with_its_comment():

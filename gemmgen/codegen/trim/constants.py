@@ -55,8 +55,10 @@ class _Expr:
 
     def logical(self):
         """The value of an expression that does not read whole, where it is a chain of `||` and
-        `&&` (outside brackets) whose operands that read decide it: `HP_SPLIT && k < n` is false
-        whatever `k < n` is (it may read as a template), as C++ never evaluates it."""
+        `&&` (outside brackets) that its first operands decide, left to right, before one that does
+        not read: `HP_SPLIT && k < n` is false whatever `k < n` is (it may read as a template), as
+        C++ never evaluates it. `k < n && HP_SPLIT` stays unknown: C++ evaluates `k < n` first, and
+        that operand may do something (a call)."""
         texts, kinds, depth, cuts = self.texts, self.kinds, 0, []
         for n, t in enumerate(texts):
             depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(t, 0)
@@ -75,15 +77,18 @@ class _Expr:
             if n == len(texts) or texts[n] == "||":
                 ors.append((start, n))
                 start = n + 1
-        result = 0
         for a, b in ors:
-            ands = [n for n in cuts if a < n < b] + [b]
-            term, start = 1, a
-            for n in ands:
-                term = _Expr.apply("&&", term, value(start, n))
+            start = a
+            for n in [n for n in cuts if a < n < b] + [b]:
+                operand = value(start, n)
+                if operand is UNKNOWN:
+                    return UNKNOWN
+                if not operand:
+                    break  # this term is false: its other operands never run
                 start = n + 1
-            result = _Expr.apply("||", result, term)
-        return result
+            else:
+                return 1  # a true term: the terms after it never run
+        return 0
 
     def peek(self) -> str | None:
         return self.texts[self.i] if self.i < len(self.texts) else None

@@ -1,10 +1,13 @@
 """Step 3: code after a jump goes. In a block, the statements that follow a ``return``,
 ``continue`` or ``break`` -- or a bare block ``{ ...; continue; }`` whose last statement is such
 a jump -- up to the block's end never run, unless a label (``case``, ``default``, a goto target)
-leads there; then they stay. Folding leaves such code: ``if constexpr (HP_SWAP) { ...; continue; }``
-keeps its branch, and the other variants' code after it is dead. As for branches, it stays where it
-holds the only mention of a local that a lambda around it captures.
+leads there or a conditional-compilation directive lies among them; then they stay. Folding
+leaves such code: ``if constexpr (HP_SWAP) { ...; continue; }`` keeps its branch, and the other
+variants' code after it is dead. As for branches, it stays where it holds the only mention of a
+local that a lambda around it captures.
 """
+
+import re
 
 from gemmgen.codegen.trim.branches import changes_captures
 from gemmgen.codegen.trim.cxx import (
@@ -55,6 +58,8 @@ def _edit(source: str, shape: Shape, brace: int) -> tuple[int, int, str, int] | 
     while j < close:
         end = statement_end(texts, kinds, j)
         if _always_jumps(texts, kinds, _first(kinds, j), end) and end + 1 < close:
+            if any(kinds[n] == "pp" and re.match(r"#\s*(if|el|endif)", texts[n]) for n in range(end + 1, close)):
+                return None  # conditional compilation: the jump may not be there, or the #endif must stay
             k = end + 1
             while k < close:
                 if _labeled(texts, kinds, _first(kinds, k)):
