@@ -11,7 +11,7 @@ from conftest import build_once
 
 from gemmgen.build.nvcc import build_library
 from gemmgen.codegen.render import render_kernel
-from gemmgen.codegen.trim import _trim, branches, cxx, trim, unused
+from gemmgen.codegen.trim import _trim, cxx, trim, unreachable, unused
 from gemmgen.describe.points import resolve_point
 
 BRANCHES = """\
@@ -356,8 +356,9 @@ def test_every_splice_of_a_trim_leaves_the_tokens_of_a_fresh_scan(point, arch, m
         made.append(new)
         return new
 
-    monkeypatch.setattr(branches, "splice", checked)
-    monkeypatch.setattr(unused, "splice", checked)
+    # every module that splices: the package's fixpoint of branches and conditionals, and steps 3-5
+    for module in (sys.modules["gemmgen.codegen.trim"], unreachable, unused):
+        monkeypatch.setattr(module, "splice", checked)
     _trim(render_kernel(resolve_point(point, arch), untrimmed=True))
     assert len({len(m) for m in made}) >= 3  # branches, definitions and constants were cut
 

@@ -29,17 +29,8 @@ from gemmgen.codegen.trim.cxx import (
     read,
     rest_is_comment,
     shape_of,
-    splice,
     statement_end,
 )
-
-
-def trim_branches(source: str) -> str:
-    """``source`` with every decided ``if`` statement replaced by its live branch, to a
-    fixpoint (outer statements first, then what their branches hold)."""
-    while edits := branch_edits(source):
-        source = splice(source, edits)
-    return source
 
 
 def branch_edits(source: str) -> list[tuple[int, int, str]]:

@@ -16,21 +16,13 @@ import re
 
 from gemmgen.codegen.trim.branches import changes_captures
 from gemmgen.codegen.trim.constants import Decided, decided_conditions
-from gemmgen.codegen.trim.cxx import Shape, Unreadable, match, shape_of, splice
+from gemmgen.codegen.trim.cxx import Shape, Unreadable, match, shape_of
 
 _UNTYPED = {"auto", "decltype"}
 _REFERENCE = {"&", "&&"}  # a reference would bind to the live operand itself, not to the value of c ? x : y
 _STATEMENT_EDGE = {";", "{", "}"}
 _LOOSER = {"(", "&&", "||", "=", "return", ",", "?", ":", ";", "{", "}"}  # before: none binds what follows more tightly
 _ENDS = {"&&", "||", ")", ";", ",", "?", ":", "]", "}"}  # after: none binds what precedes more tightly
-
-
-def fold_ternaries(source: str) -> str:
-    """``source`` with each decided conditional expression in a context above replaced by its
-    live operand, to a fixpoint (outer ones first, then what their operands hold)."""
-    while edits := ternary_edits(source):
-        source = splice(source, edits)
-    return source
 
 
 def ternary_edits(source: str) -> list[tuple[int, int, str]]:
