@@ -151,9 +151,9 @@ def _typed_context(shape: Shape, first: int, last: int) -> bool:
 def _bool_parens(texts: list[str], first: int, last: int) -> bool:
     """Whether tokens first .. last fill a pair of parentheses tested as bool: an operand of `&&`,
     `||` or `!` (nothing binding it more tightly on its other side), or an if or while condition."""
-    if texts[first - 1] != "(" or last + 1 >= len(texts) or texts[last + 1] != ")":
+    if not _fills_parentheses(texts, first, last):
         return False
-    before = texts[first - 2] if first >= 2 else ";"
+    before = texts[first - 2]
     after = texts[last + 2] if last + 2 < len(texts) else ";"
     return (before in ("if", "while", "!") or before in ("&&", "||") and after in _ENDS
             or after in ("&&", "||") and before in _LOOSER)
@@ -162,7 +162,12 @@ def _bool_parens(texts: list[str], first: int, last: int) -> bool:
 def _grouped(texts: list[str], first: int, last: int) -> bool:
     """Whether tokens first .. last fill a pair of parentheses that only group (not a call's, a
     cast's, an if's or a while's): what an operator or `return` precedes."""
-    if first < 2 or texts[first - 1] != "(" or last + 1 >= len(texts) or texts[last + 1] != ")":
+    if not _fills_parentheses(texts, first, last):
         return False
     before = texts[first - 2]
     return before == "return" or not (before[0].isalnum() or before[0] == "_" or before in (")", "]", ">", ">>"))
+
+
+def _fills_parentheses(texts: list[str], first: int, last: int) -> bool:
+    """Whether tokens first .. last are all that a pair of parentheses holds (with a token before them)."""
+    return first >= 2 and texts[first - 1] == "(" and last + 1 < len(texts) and texts[last + 1] == ")"
