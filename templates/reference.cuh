@@ -8,6 +8,9 @@
 // and an element of C passes where it is finite and |C - ref| <= elem_tol * scale; the normwise
 // check over the sums below is the caller's (verify.judge; the harness's gg_check).
 
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
 // An element of A, B, C or the bias as a double, exactly.
 __host__ __device__ inline double gg_ref_value(float x) { return x; }
 __host__ __device__ inline double gg_ref_value(__half x) { return __half2float(x); }

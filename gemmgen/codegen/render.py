@@ -89,6 +89,7 @@ def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool =
         CT=config.output_type,
         v=config.variant,
         b_t="true" if config.variant.b_transposed else "false",
+        cuda_headers=config.cuda_headers,
         c_bytes=PRECISIONS[config.variant.out].bytes,
         c_tma_type=PRECISIONS[config.variant.out].tma_type,
         arch=config.build_arch.name,

@@ -67,6 +67,12 @@ class KernelConfig:
         """C type of C: float, __half or __nv_bfloat16."""
         return PRECISIONS[self.variant.out].c_type
 
+    @property
+    def cuda_headers(self) -> tuple[str, ...]:
+        """The CUDA headers that declare the types of A, B and C (cuda_fp16.h, cuda_bf16.h), each
+        once: an emitted file includes those only (each adds about 0.7 s to an nvcc build)."""
+        return tuple(dict.fromkeys(h for n in (self.precision, self.variant.out) if (h := PRECISIONS[n].header)))
+
 
 def make_config(family: str | Family, params: Mapping[str, object] | None = None,
                 precision: str | None = None, arch: str | Arch = DEFAULT_ARCH,

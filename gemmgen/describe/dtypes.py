@@ -31,6 +31,7 @@ class Precision:
     mma_k: int | None  # K depth of one m16n8 mma.sync, wgmma or wmma step in this type
     tma_type: str | None  # CUtensorMapDataType of A and B (and of C stored in this type)
     u_store: float  # unit roundoff of storing an fp32 result as this type (C's type; tf32 is never one)
+    header: str | None = None  # the CUDA header that declares c_type (None: a built-in type)
 
 
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -46,11 +47,11 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               "tf32", 8, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 2.0**-24),  # tf32 reads fp32 bits, ignoring the low 13
     Precision("fp16", "__half", 2, 70, 0.0, 2.0**-22, "float16", 1, "torch.float16", _CUDA_R_16F, _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "f16,f16->f32")),
-              "f16", 16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2.0**-11),
+              "f16", 16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2.0**-11, "cuda_fp16.h"),
     Precision("bf16", "__nv_bfloat16", 2, 80, 0.0, 2.0**-22, "bf16-bits", 2, "torch.bfloat16", _CUDA_R_16BF,
               _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "bf16,bf16->f32")),
-              "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2.0**-8),
+              "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2.0**-8, "cuda_bf16.h"),
 )}
 
 
