@@ -51,6 +51,7 @@ def ladder(db: ResultsDB, arch: Arch, precision: str | None = None, shapes=SUITE
         have = ", ".join(f"{NAMED_POINTS[n].precision} ({n})" for n in LADDER)
         raise InvalidParameter(f"no named point of the ladder is {precision}: {have}")
     series: dict[str, dict[Shape, Rung]] = {}
+    rankings: dict[tuple[str, Shape], dict] = {}  # one query per precision and shape: v1..v4 share fp32's
     for point in points:
         found = {}
         try:
@@ -59,9 +60,10 @@ def ladder(db: ResultsDB, arch: Arch, precision: str | None = None, shapes=SUITE
             series[f"{point.name} ({point.precision})"] = found
             continue
         for shape in shapes:
-            mine = [r for r in ranked(db, point.precision, shape, arch, family=point.family) if r.kernel == kernel]
-            if mine:
-                found[shape] = Rung(point.name, point.precision, kernel, mine[0].tflops, mine[0].score)
+            if (point.precision, shape) not in rankings:
+                rankings[point.precision, shape] = {r.kernel: r for r in ranked(db, point.precision, shape, arch)}
+            if mine := rankings[point.precision, shape].get(kernel):
+                found[shape] = Rung(point.name, point.precision, kernel, mine.tflops, mine.score)
         series[f"{point.name} ({point.precision})"] = found
     missing = tuple(p.name for p, found in zip(points, series.values()) if not found)
     stored = [s for s in shapes if any(s in found for found in series.values())]
