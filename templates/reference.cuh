@@ -1,15 +1,13 @@
 // ---- gemmgen's float64 reference with the epilogue, and the statistics of C against it ----
 // One source for the GPU check (templates/check.cu, run by gemmgen/gpucheck.py) and the harness's
-// main() (templates/harness.cuh.j2); needs the variant's codes (vocab.cuh.j2) before it. The rule
+// main() (templates/harness.cuh.j2); needs the variant's codes (vocab.cuh.j2) and cuda_fp16.h and
+// cuda_bf16.h (at file scope: the harness includes this in a namespace) before it. The rule
 // is gemmgen/verify.py's (host_reference, epilogue, host_stats), which the host checks use: from
 // the exact products prod = A @ B and absprod = |A| @ |B| in float64,
 //   ref   = act(alpha * prod + beta * C0 + bias)
 //   scale = |alpha| * absprod + |beta * C0| + |bias|
 // and an element of C passes where it is finite and |C - ref| <= elem_tol * scale; the normwise
 // check over the sums below is the caller's (verify.judge; the harness's gg_check).
-
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
 
 // An element of A, B, C or the bias as a double, exactly.
 __host__ __device__ inline double gg_ref_value(float x) { return x; }
