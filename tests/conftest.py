@@ -14,6 +14,7 @@ a kernel, whichever worker asks), compile and measure them.
 """
 
 import fcntl
+import hashlib
 import os
 import random
 import shutil
@@ -315,11 +316,54 @@ def assert_measured_ok(bench, label: str, config, shape):
     return m
 
 
+# The named points every run compiles in full for sm_90 (test_build.py checks them for spills): one
+# of each family, and those the launcher tests ask.
+EVERY_RUN_POINTS = ["v1", "v2", "v3", "v4", "v6", "fastgemm", "splitk", "mma_fp16", "mma_bf16", "hopper_fp16",
+                    "hopper_tf32"]
+
+
+@lru_cache(maxsize=None)
+def _built_in_full() -> frozenset:
+    from gemmgen.describe.points import resolve_point
+
+    return frozenset((c.name, c.build_arch.name) for c in (resolve_point(p, "sm_90") for p in EVERY_RUN_POINTS))
+
+
+def host_library(config) -> Path:
+    """The shared library of ``config``'s emitted file with its device code as PTX only: no ptxas
+    (about 40% of a Hopper kernel's build), so no cubin and no resource report, but the launcher's
+    host code as users build it. Compiled once per session into the build cache; fails the test
+    with nvcc's output where nvcc fails."""
+    from gemmgen.build.nvcc import DEFAULT_FLAGS, LIBRARY_FLAGS
+    from gemmgen.codegen.render import render_kernel
+
+    source, arch = render_kernel(config), config.build_arch
+    target = f"compute_{arch.cc}{arch.suffix}"
+    flags = [*DEFAULT_FLAGS, f"-gencode=arch={target},code={target}", *LIBRARY_FLAGS]
+    library = cache_dir() / "ptx" / f"{hashlib.sha256(chr(0).join([source, *flags]).encode()).hexdigest()[:32]}.so"
+    library.parent.mkdir(parents=True, exist_ok=True)
+    with open(library.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library.is_file():
+            with tempfile.TemporaryDirectory(prefix="gemmgen-") as tmp:
+                src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.so"
+                src.write_text(source)
+                proc = subprocess.run([find_tool("nvcc"), *flags, str(src), "-o", str(out)], capture_output=True,
+                                      text=True, timeout=600, check=False)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+                shutil.copyfile(out, library.with_suffix(".part"))
+                os.replace(library.with_suffix(".part"), library)
+    return library
+
+
 def launcher_of(config):
-    """``config``'s emitted launcher, built (failing the test with the build log where it does not)
-    and loaded; its describe() needs no GPU."""
+    """``config``'s emitted launcher, built and loaded; its describe() and its refusals need no GPU
+    (it is for those only: a point other than EVERY_RUN_POINTS' is built to PTX only, host_library,
+    as no other quick test builds it)."""
     from gemmgen.measure.launcher import Launcher
 
+    if (config.name, config.build_arch.name) not in _built_in_full():
+        return Launcher(host_library(config))
     build = build_once(config)
     assert build.ok, build.log
     return Launcher(build.library)

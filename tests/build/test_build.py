@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import pytest
-from conftest import build_all, slow_after
+from conftest import EVERY_RUN_POINTS, build_all, slow_after
 
 from gemmgen.build.nvcc import (
     ResourceUsage,
@@ -67,9 +67,9 @@ def valid_or_none(point: str, arch: str):
 
 # ---- named points -------------------------------------------------------------------------------
 
-# The named points every run compiles for sm_90: one of each family, and those the launcher tests
-# ask (test_launcher.py); the others (the blog points, more of the same families) in the slow run.
-EVERY_RUN = ["v1", "v2", "v3", "v4", "v6", "fastgemm", "splitk", "mma_fp16", "mma_bf16", "hopper_fp16", "hopper_tf32"]
+# The named points every run compiles for sm_90 (conftest's EVERY_RUN_POINTS); the others (the blog
+# points, more of the same families) in the slow run.
+EVERY_RUN = EVERY_RUN_POINTS
 
 
 @pytest.fixture(scope="module")
