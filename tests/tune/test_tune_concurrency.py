@@ -3,9 +3,10 @@ a fresh SQLite file and on a fresh database of a real PostgreSQL server started 
 session. On SQLite once in every run; on both twenty times over in the slow run (the soak,
 `pytest -m slow`), which also runs the tests below on PostgreSQL:
 no process crashes, every trial ends told (none left running or waiting), the trials add up to
-what the tuners report, and no point is measured twice. Then a tuner killed with SIGKILL in the
-middle of a measurement: its trial goes stale, another tuner fails it, Optuna enqueues it again,
-and that tuner takes the claim over and measures it."""
+what the tuners report, and no point is measured twice. Then, in the slow run with the other
+fault tests, a tuner killed with SIGKILL in the middle of a measurement: its trial goes stale,
+another tuner fails it, Optuna enqueues it again, and that tuner takes the claim over and
+measures it."""
 
 import json
 import os
@@ -70,6 +71,7 @@ def test_tuners_starting_together_on_a_fresh_study_never_crash_and_account_for_e
         assert set(measured) <= {t.user_attrs["kernel"] for t in trials}
 
 
+@pytest.mark.slow
 def test_a_killed_tuners_trial_is_retried_by_another(fresh_url, tmp_path):
     url, marker = fresh_url(), tmp_path / "measuring"
     doomed = start(url, "s", 3, 0, "--sleep", "60", "--marker", str(marker), "--heartbeat", "1", "--grace", "3")

@@ -1,7 +1,9 @@
 """`gemmgen tune --workload FILE --devices 0,1` without GPUs: the real device workers, compile pool
 and shared trial counts of tune.node, with fake GPUs (fakes.FakeDevice and kin: each measurement
 sleeps, then records into a real results database) and fake compiles, on SQLite in tmp_path.
-What the schedule does with realistic timings at 2 to 8 GPUs is test_tune_schedule.py's."""
+What the schedule does with realistic timings at 2 to 8 GPUs is test_tune_schedule.py's. The
+tests of a run interrupted or killed (Ctrl-C, a worker or the main process killed) are in the slow
+run (`pytest -m slow`, which CI runs too), with the other fault and soak tests."""
 
 import multiprocessing
 import os
@@ -107,6 +109,7 @@ def test_two_gpus_on_one_shape_share_its_count_of_trials_and_never_measure_a_poi
     assert re.search(r"^64x256x256 .* tuned on GPU[01]\+GPU[01]$", out, re.M)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_gpu_after_its_trial_and_the_run_resumes(tmp_path, capsys, two_gpus):
     path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
     two_gpus(fakes.InterruptingDevice)
@@ -138,6 +141,7 @@ def test_a_gpu_that_cannot_be_opened_leaves_the_run_to_the_others(tmp_path, caps
     assert gpu_lines(out)["GPU1"][:2] == (0, 0.0)
 
 
+@pytest.mark.slow
 def test_a_gpu_whose_worker_dies_hands_its_shape_to_another(tmp_path, capsys, two_gpus):
     path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
     two_gpus(fakes.DyingDevice)
@@ -160,6 +164,7 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux's /proc")
 def test_a_run_whose_main_process_is_killed_leaves_no_process_behind_and_keeps_what_it_measured(tmp_path):
     """SIGKILL of the main process (the machine's OOM killer, a lost session): its GPU workers see it
