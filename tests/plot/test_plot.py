@@ -85,15 +85,23 @@ def svg_texts(path: Path) -> list[str]:
     return ["".join(t.itertext()).strip() for t in root.iter("{http://www.w3.org/2000/svg}text")]
 
 
-def draw_both(db_file: Path, tmp_path: Path, kind: str, *extra: str) -> list[str]:
-    """Draws ``kind`` as PNG and SVG; the SVG's texts."""
+def draw_svg(db_file: Path, tmp_path: Path, kind: str, *extra: str) -> list[str]:
+    """Draws ``kind`` as SVG; its texts."""
     _matplotlib()
-    png, svg = tmp_path / f"{kind}.png", tmp_path / f"{kind}.svg"
+    svg = tmp_path / f"{kind}.svg"
+    draw(db_file, kind, svg, *extra)
+    return svg_texts(svg)
+
+
+def draw_both(db_file: Path, tmp_path: Path, kind: str, *extra: str) -> list[str]:
+    """Draws ``kind`` as PNG (of a readable size) and SVG; the SVG's texts. Once per kind: the other
+    tests of a kind read draw_svg's."""
+    _matplotlib()
+    png = tmp_path / f"{kind}.png"
     draw(db_file, kind, png, *extra)
     width, height = png_size(png)
     assert width > 400 and height > 300
-    draw(db_file, kind, svg, *extra)
-    return svg_texts(svg)
+    return draw_svg(db_file, tmp_path, kind, *extra)
 
 
 # ---- suite ------------------------------------------------------------------------------------
@@ -180,7 +188,7 @@ def test_history_counts_and_marks_failed_trials(db, db_file, tmp_path):
     assert found.failures == 2 and found.infeasible == 1
     assert found.best_so_far == (None, 10.0, 10.0, 10.0, 12.0)
     assert found.cublas_tflops is None  # no cuBLAS row carries its tag
-    texts = draw_both(db_file, tmp_path, "history", "--study", "with-failures")
+    texts = draw_svg(db_file, tmp_path, "history", "--study", "with-failures")
     assert "failed (2)" in texts and "trial (3)" in texts and "best so far (12.0)" in texts
     assert not any(t.startswith("cuBLAS") for t in texts)
 
@@ -286,7 +294,7 @@ def test_ladder_picture_of_all_six(db_file, tmp_path):
     with ResultsDB(f"sqlite:///{db_file}") as results:  # a copy, recorded into
         for name in LADDER:
             _store(results, name, Shape(4096, 4096, 4096), 20.0)
-    texts = draw_both(db_file, tmp_path, "ladder")
+    texts = draw_svg(db_file, tmp_path, "ladder")
     assert {"v1 (fp32)", "v5 (tf32)", "v6 (fp16)", "cuBLAS tf32", "cuBLAS fp16"} <= set(texts)
     assert not any("not stored" in t for t in texts)
 
