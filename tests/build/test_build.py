@@ -67,20 +67,18 @@ def valid_or_none(point: str, arch: str):
 
 # ---- named points -------------------------------------------------------------------------------
 
-# The named points every run compiles for sm_90 (conftest's EVERY_RUN_POINTS); the others (the blog
-# points, more of the same families) in the slow run.
-EVERY_RUN = EVERY_RUN_POINTS
-
-
+# conftest's EVERY_RUN_POINTS compile for sm_90 in every run; the others (the blog points, more of
+# the same families) in the slow run.
 @pytest.fixture(scope="module")
 def named_builds():
-    """point -> (config, BuildResult) of the EVERY_RUN points for sm_90, as the runtime builds them,
+    """point -> (config, BuildResult) of EVERY_RUN_POINTS for sm_90, as the runtime builds them,
     two at a time (other modules' tests ask these kernels too: conftest's build_all builds each once)."""
-    return build_all({p: resolve_point(p, "sm_90") for p in EVERY_RUN})
+    return build_all({p: resolve_point(p, "sm_90") for p in EVERY_RUN_POINTS})
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("point", slow_after(len(EVERY_RUN), EVERY_RUN + sorted(set(NAMED_POINTS) - set(EVERY_RUN))))
+@pytest.mark.parametrize("point", slow_after(len(EVERY_RUN_POINTS),
+                                             EVERY_RUN_POINTS + sorted(set(NAMED_POINTS) - set(EVERY_RUN_POINTS))))
 def test_named_point_compiles_for_sm90_without_spills(named_builds, point):
     config = resolve_point(point, "sm_90")
     result = named_builds[point][1] if point in named_builds else build_kernel(config)
