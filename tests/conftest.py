@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -264,14 +265,22 @@ def call_sequence(seed: int, count: int = 30) -> list[tuple]:
 REGISTERS_PER_SM = 64 * 1024
 
 
-def build_once(config):
-    """build_kernel(config) into the current GEMMGEN_CACHE (the session's, from the build_cache
-    fixture), holding a lock file named after the kernel while it builds: where xdist's workers (or
-    threads) ask for one kernel at once, the first compiles it and the others find it cached."""
+@contextmanager
+def cache_lock(name: str):
+    """Holds the lock file ``name`` of the current GEMMGEN_CACHE (the session's, from the build_cache
+    fixture) for the block: where xdist's workers (or threads) ask for one build at once, the first
+    makes it and the others find it cached."""
     locks = cache_dir() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{config.name}.{config.build_arch.name}", "w") as lock:
+    with open(locks / name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build_once(config):
+    """build_kernel(config) into the current GEMMGEN_CACHE, under a lock named after the kernel
+    (cache_lock)."""
+    with cache_lock(f"{config.name}.{config.build_arch.name}"):
         return build_kernel(config)
 
 
@@ -340,10 +349,10 @@ def host_library(config) -> Path:
     source, arch = render_kernel(config), config.build_arch
     target = f"compute_{arch.cc}{arch.suffix}"
     flags = [*DEFAULT_FLAGS, f"-gencode=arch={target},code={target}", *LIBRARY_FLAGS]
-    library = cache_dir() / "ptx" / f"{hashlib.sha256(chr(0).join([source, *flags]).encode()).hexdigest()[:32]}.so"
+    key = hashlib.sha256("\0".join([source, *flags]).encode()).hexdigest()[:32]
+    library = cache_dir() / "ptx" / f"{key}.so"
     library.parent.mkdir(parents=True, exist_ok=True)
-    with open(library.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock(f"ptx-{key}"):
         if not library.is_file():
             with tempfile.TemporaryDirectory(prefix="gemmgen-") as tmp:
                 src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.so"
