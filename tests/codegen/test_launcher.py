@@ -143,8 +143,7 @@ def test_the_launcher_keeps_one_workspace_per_stream_and_device():
             "out.partial_bytes);") in source
     # a buffer too small is replaced once the stream's queued launches are done; new flags are zeroed
     assert "cudaStreamSynchronize(slot.stream)" in source
-    assert 'gg_regrow(kernel, "flags", slot, reinterpret_cast<void**>(&slot.flags), &slot.flag_bytes,\n' \
-           '                        4 * need.flag_words, true);' in source
+    assert "err = cudaMemsetAsync(slot.base, 0, grown.flag_bytes, slot.stream);" in source
     assert "counters[tile] = 0;  // every split has arrived: clean for the next launch" in source
 
 

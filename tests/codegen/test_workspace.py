@@ -146,7 +146,7 @@ def test_a_launch_in_the_callers_workspace_zeroes_its_flags_on_the_stream_and_al
     cudaStreamSynchronize); the plan it runs is made without the slot (gg_device_ready)."""
     source = render_kernel(CONFIGS[label])
     run = _function(source, "cudaError_t gg_plan_run_in(")
-    assert "cudaMemsetAsync(flags, 0, p.layout.flag_bytes, p.stream)" in run
+    assert "cudaMemsetAsync(parts.flags, 0, parts.flag_bytes, p.stream)" in run
     queue = _function(source, "cudaError_t gg_plan_queue(")
     for body in (run, queue):
         for call in ("cudaMalloc(", "cudaFree(", "Synchronize(", "gg_reserve(", "gg_find_slot(", "slot->"):
