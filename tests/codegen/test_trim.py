@@ -305,6 +305,44 @@ extern "C" __global__ void k(int* out)
     assert "persistent" not in trimmed and "static constexpr int split = 2;  // named as gg_launch::split" in trimmed
 
 
+def test_a_member_function_nothing_names_goes_with_its_comment_and_the_rest_of_the_struct_stays():
+    source = """\
+constexpr bool GG_SPLIT = false;
+struct gg_work {
+    int units, parts = 0;  // parts: kept, a data member
+
+    __device__ gg_work(int n) : units(n)
+    {
+        if constexpr (GG_SPLIT)
+            parts = split_parts();
+    }
+    // A range of fewer would cost more than it saves.
+    static constexpr int MIN_PART = 4;
+    // How many parts the split cuts: none without a split.
+    __device__ int split_parts() const { return units / MIN_PART; }
+    // The next unit (named by the kernel).
+    __device__ bool next() { return --units >= 0; }
+};
+
+extern "C" __global__ void k(int* out)
+{
+    // the group's constants
+    constexpr int A = 1;
+    constexpr int B = 2;
+    gg_work work(out[0]);
+    while (work.next())
+        out[1] += B;
+}
+"""
+    trimmed = trim(source)
+    assert "split_parts" not in trimmed and "How many parts" not in trimmed  # the function and its comment
+    assert "MIN_PART" not in trimmed and "A range of fewer" not in trimmed  # then the constant it alone named
+    assert "    // The next unit (named by the kernel).\n    __device__ bool next()" in trimmed
+    assert "__device__ gg_work(int n) : units(n)" in trimmed and "int units, parts = 0;" in trimmed
+    # A's comment heads B too: A goes, the comment stays
+    assert "    // the group's constants\n    constexpr int B = 2;" in trimmed and "constexpr int A" not in trimmed
+
+
 def test_the_scanner_tells_tokens_apart_by_their_first_characters():
     source = ('x = u8"a" + u\'b\' + L"c" + uint(.5) + a...b; p->*q <<= 1; a/b /* c */ // d\n'
               '  # define A(x) #x \\\n    ## x\n'

@@ -15,6 +15,7 @@ of every variant. ``trim`` removes, to a fixpoint, what the compiler would disca
 4. A namespace-scope definition (function, struct, enum, typedef, constant) that nothing left in
    the file names goes, with the comment that heads it (unused.py).
 5. A constexpr variable that nothing names goes (unused.py).
+6. A struct's member function that nothing names goes, with the comment above it (unused.py).
 
 None of this changes a cubin: a discarded branch, a dead operand, unreachable code and an unused
 inline function or constant produce no code (benchmarks/cubins.py shows it for its 63 kernels).
@@ -40,7 +41,7 @@ from gemmgen.codegen.trim.branches import branch_edits
 from gemmgen.codegen.trim.cxx import splice
 from gemmgen.codegen.trim.ternaries import ternary_edits
 from gemmgen.codegen.trim.unreachable import drop_unreachable
-from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions
+from gemmgen.codegen.trim.unused import drop_unused_constants, drop_unused_definitions, drop_unused_member_functions
 from gemmgen.paths import cache_dir
 
 
@@ -76,7 +77,7 @@ def _trim(source: str) -> str:
     while True:
         before = source
         source = drop_unused_definitions(drop_unreachable(_fold(source)))
-        while (dropped := drop_unused_constants(source)) != source:  # one more link of a chain per pass
+        while (dropped := drop_unused_member_functions(drop_unused_constants(source))) != source:  # a link a pass
             source = dropped
         if source == before:
             return re.sub(r"\n(?:[ \t]*\n){2,}", "\n\n", source)

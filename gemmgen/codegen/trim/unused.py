@@ -12,6 +12,10 @@ empty goes too.
 
 Step 5 drops constexpr variables at any scope that nothing else names (a struct member: inside
 its struct, as S::X, or after `.` or `->`), whole declarations or single declarators.
+
+Step 6 drops a struct's member functions that nothing else names (as in step 5), with the
+comment lines right above one. Constructors, destructors, operators and virtual functions stay,
+and so do data members: removing one could shift a brace initializer's fields.
 """
 
 import bisect
@@ -38,6 +42,7 @@ from gemmgen.codegen.trim.cxx import (
 
 _ATTRIBUTE_CALLS = {"__align__", "__launch_bounds__", "__cluster_dims__", "alignas", "__attribute__", "__declspec"}
 _INLINE = {"inline", "__forceinline__", "__inline__", "constexpr", "static"}
+_NOT_PLAIN = {"virtual", "override", "operator", "~", "friend", "using", "typedef"}  # members step 6 leaves
 _HEADING = re.compile(r"\s*// ----.*----\s*$")  # the templates' section headings
 
 
@@ -325,7 +330,7 @@ def drop_unused_constants(source: str) -> str:
             a, b = at(start), end_of(found[-1][1] + 1)
             ls = line_start(source, a)
             if not source[ls:a].strip() and rest_is_comment(source, b):
-                a, b = ls, min(len(source), line_end(source, b) + 1)
+                a, b, _ = _lines_with_comment(source, ls, b)
             edits.append((a, b, ""))
         elif unused:  # the others, each after the separator that came before it
             kept = [d for d in found if d not in unused]
@@ -351,3 +356,85 @@ def _member_named(shape: Shape, brace: int, end: int, struct: str, n: int) -> bo
                 or texts[k - 1] == "::" and texts[k - 2] == struct):
             return True
     return False
+
+
+def drop_unused_member_functions(source: str) -> str:
+    shape = shape_of(source)
+    texts, kinds, at, end_of = shape.texts, shape.kinds, shape.placed.start, shape.placed.end
+    edits = []
+    for brace in indices(texts, "{"):
+        kind, struct = brace_kind(texts, kinds, brace)
+        if kind != "struct" or not struct:
+            continue
+        try:
+            end = match(texts, brace)
+            members = list(_members(texts, brace + 1, end))
+        except Unreadable:
+            continue
+        for first, last in members:
+            n = _function_name(texts, kinds, first, last, struct)
+            if n is None or _member_named(shape, brace, end, struct, n):
+                continue
+            a, b = at(first), end_of(last)
+            ls = line_start(source, a)
+            if source[ls:a].strip() or not rest_is_comment(source, b):
+                continue  # it shares a line with other code
+            edits.append(_lines_with_comment(source, ls, b, heads_only=False))
+    return splice(source, edits)
+
+
+def _lines_with_comment(source: str, a: int, b: int, heads_only: bool = True) -> tuple[int, int, str]:
+    """The edit that removes the whole lines from position a (a line's start) to b's line, and the
+    comment lines right above them: a function's always, a constant's where it heads that one only
+    (the line after it is blank, a comment or a closing brace)."""
+    end = min(len(source), line_end(source, b) + 1)
+    after = source[end:line_end(source, end)].strip() if end < len(source) else ""
+    if not heads_only or after == "" or after.startswith(("//", "}")):
+        while a > 0:
+            above = line_start(source, a - 1)
+            if not source[above:a].strip().startswith("//"):
+                break
+            a = above
+    return a, end, ""
+
+
+def _members(texts: list[str], i: int, end: int):
+    """(first, last) token of each member declaration of the struct body texts[i:end]: up to its
+    `;`, or the `}` of a function's body (with a `;` after it)."""
+    while i < end:
+        if texts[i] in ("public", "private", "protected") and texts[i + 1] == ":":
+            i += 2
+            continue
+        j, function = i, False
+        while j < end:
+            t = texts[j]
+            if t == "(" and not function:
+                function = "=" not in texts[i:j]
+            if t in ("(", "["):
+                j = match(texts, j)
+            elif t == "{":
+                j = match(texts, j)
+                if function:
+                    break
+            elif t == ";":
+                break
+            j += 1
+        if j + 1 < end and texts[j] == "}" and texts[j + 1] == ";":
+            j += 1
+        yield i, j
+        i = j + 1
+
+
+def _function_name(texts: list[str], kinds: list[str], first: int, last: int, struct: str) -> int | None:
+    """Index of the name of the member function defined or declared by tokens first .. last, or
+    None where they declare something else (data, a constructor, destructor, operator, virtual)."""
+    k = skip_angles(texts, first + 1) if texts[first] == "template" else first
+    words = texts[k:last + 1]
+    if not words or "pp" in kinds[first:last + 1] or _NOT_PLAIN & set(words):
+        return None
+    paren = next((n for n in range(k, last + 1) if texts[n] in ("(", "=", "{", ";")), None)
+    if paren is None or texts[paren] != "(" or paren == k or kinds[paren - 1] != "id":
+        return None
+    if texts[paren - 1] == struct or texts[paren - 1] in _ATTRIBUTE_CALLS:
+        return None
+    return paren - 1
