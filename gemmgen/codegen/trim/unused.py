@@ -330,7 +330,7 @@ def drop_unused_constants(source: str) -> str:
             a, b = at(start), end_of(found[-1][1] + 1)
             ls = line_start(source, a)
             if not source[ls:a].strip() and rest_is_comment(source, b):
-                a, b, _ = _lines_with_comment(source, ls, b)
+                a, b = _lines_with_comment(source, ls, b)
             edits.append((a, b, ""))
         elif unused:  # the others, each after the separator that came before it
             kept = [d for d in found if d not in unused]
@@ -359,6 +359,7 @@ def _member_named(shape: Shape, brace: int, end: int, struct: str, n: int) -> bo
 
 
 def drop_unused_member_functions(source: str) -> str:
+    """``source`` without the member functions nothing names (step 6)."""
     shape = shape_of(source)
     texts, kinds, at, end_of = shape.texts, shape.kinds, shape.placed.start, shape.placed.end
     edits = []
@@ -379,14 +380,14 @@ def drop_unused_member_functions(source: str) -> str:
             ls = line_start(source, a)
             if source[ls:a].strip() or not rest_is_comment(source, b):
                 continue  # it shares a line with other code
-            edits.append(_lines_with_comment(source, ls, b, heads_only=False))
+            edits.append((*_lines_with_comment(source, ls, b, heads_only=False), ""))
     return splice(source, edits)
 
 
-def _lines_with_comment(source: str, a: int, b: int, heads_only: bool = True) -> tuple[int, int, str]:
-    """The edit that removes the whole lines from position a (a line's start) to b's line, and the
-    comment lines right above them: a function's always, a constant's where it heads that one only
-    (the line after it is blank, a comment or a closing brace)."""
+def _lines_with_comment(source: str, a: int, b: int, heads_only: bool = True) -> tuple[int, int]:
+    """The span of the whole lines from position a (a line's start) to b's line, with the comment
+    lines right above them: a function's always, a constant's where it heads that one only (the
+    line after it is blank, a comment or a closing brace)."""
     end = min(len(source), line_end(source, b) + 1)
     after = source[end:line_end(source, end)].strip() if end < len(source) else ""
     if not heads_only or after == "" or after.startswith(("//", "}")):
@@ -395,7 +396,7 @@ def _lines_with_comment(source: str, a: int, b: int, heads_only: bool = True) ->
             if not source[above:a].strip().startswith("//"):
                 break
             a = above
-    return a, end, ""
+    return a, end
 
 
 def _members(texts: list[str], i: int, end: int):
@@ -419,6 +420,8 @@ def _members(texts: list[str], i: int, end: int):
             elif t == ";":
                 break
             j += 1
+        if j >= end:  # what is left has no `;` or body that ends it: no member this can read
+            return
         if j + 1 < end and texts[j] == "}" and texts[j + 1] == ";":
             j += 1
         yield i, j
