@@ -4,6 +4,7 @@
 // host_stats computes them: only a few numbers leave the GPU.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 {% include "vocab.cuh.j2" %}
@@ -13,17 +14,20 @@
 extern "C" {
 
 // x[i] as a double (exactly), for x of fp32, fp16 or bf16 (kind: a gg_type code; tf32 inputs are
-// fp32's).
+// fp32's) or, for A and B only, FP8 E4M3 (kind: GG_IN_E4M3, dtypes' check_kind of e4m3).
+constexpr int GG_IN_E4M3 = {{ e4m3_kind }};
 __device__ double gg_element(const void* x, int kind, long long i)
 {
     if (kind == GG_TYPE_FP16)
         return gg_ref_value(static_cast<const __half*>(x)[i]);
     if (kind == GG_TYPE_BF16)
         return gg_ref_value(static_cast<const __nv_bfloat16*>(x)[i]);
+    if (kind == GG_IN_E4M3)
+        return gg_ref_value(static_cast<const __nv_fp8_e4m3*>(x)[i]);
     return gg_ref_value(static_cast<const float*>(x)[i]);
 }
 
-// y[i] = x[i] (or |x[i]|) in float64, for x of fp32, fp16 or bf16 (kind: a gg_type code).
+// y[i] = x[i] (or |x[i]|) in float64, for x of any kind gg_element reads.
 __global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int absolute)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {

@@ -34,7 +34,7 @@ class Precision:
     header: str | None = None  # the CUDA header that declares c_type (None: a built-in type)
 
 
-_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF, _CUDA_R_8F_E4M3 = 0, 2, 14, 28
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
@@ -52,6 +52,15 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "bf16,bf16->f32")),
               "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2.0**-8, "cuda_bf16.h"),
+    # FP8 E4M3 (4 exponent bits, 3 mantissa bits, no infinities; torch.float8_e4m3fn): inputs
+    # only, never C's type. Hopper's tensor cores add fp8 products into an accumulator that keeps
+    # about 14 bits (DeepSeek-V3's measurement; CUTLASS's mma_promotion_interval exists for it):
+    # u_acc is 2^-13, the rounding a kernel that accumulates all of K in the tensor cores owes.
+    # Its storage code 3 follows the `out` codes (fp32 0, fp16 1, bf16 2) in templates/check.cu.
+    Precision("e4m3", "__nv_fp8_e4m3", 1, 90, 0.0, 2.0**-13, "e4m3-bits", 3, "torch.float8_e4m3fn", _CUDA_R_8F_E4M3,
+              _COMPUTE_32F,
+              (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e4m3,e4m3->f32")),
+              "e4m3", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-4, "cuda_fp8.h"),
 )}
 
 

@@ -32,26 +32,63 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def _e4m3_values() -> np.ndarray:
+    """The values of the 256 FP8 E4M3 bit patterns (OCP's E4M3FN, torch.float8_e4m3fn): sign,
+    4 exponent bits (bias 7), 3 mantissa bits; subnormals at exponent 0; S.1111.111 is NaN and
+    there is no infinity (the largest value is 448)."""
+    code = np.arange(256)
+    exponent, mantissa = (code >> 3) & 0xF, (code & 7).astype(np.float64)
+    magnitude = np.where(exponent == 0, mantissa / 8.0 * 2.0**-6, (1.0 + mantissa / 8.0) * 2.0 ** (exponent - 7.0))
+    magnitude[(code & 0x7F) == 0x7F] = np.nan
+    return np.where(code & 0x80, -magnitude, magnitude)
+
+
+E4M3_VALUES = _e4m3_values()
+
+
+def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
+    """float -> FP8 E4M3 bit patterns (uint8), rounded to nearest, ties to the even pattern;
+    magnitudes beyond 448, the largest value, give 448."""
+    x = np.asarray(x, dtype=np.float64)
+    finite = E4M3_VALUES[:0x7F]  # the non-negative patterns 0..126, increasing with the pattern
+    magnitude = np.minimum(np.abs(x), finite[-1])
+    upper = np.clip(np.searchsorted(finite, magnitude), 1, len(finite) - 1)
+    lower = upper - 1
+    gap_low, gap_up = magnitude - finite[lower], finite[upper] - magnitude
+    pick = np.where((gap_up < gap_low) | ((gap_up == gap_low) & (upper % 2 == 0)), upper, lower)
+    return (pick | np.where(np.signbit(x) & (pick > 0), 0x80, 0)).astype(np.uint8)
+
+
+_BIT_STORAGE = {"bf16-bits": np.uint16, "e4m3-bits": np.uint8}
+
+
 def host_dtype(precision: str) -> np.dtype:
-    """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or uint16
-    holding bf16 bits."""
+    """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or the bit
+    patterns of bf16 (uint16) or FP8 E4M3 (uint8)."""
     storage = PRECISIONS[precision].numpy_storage
-    return np.dtype(np.uint16) if storage == "bf16-bits" else np.dtype(storage)
+    return np.dtype(_BIT_STORAGE.get(storage, storage))
 
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
-    """Uniform(-1, 1) values in the storage format of ``precision``'s inputs (bf16: uint16 bits)."""
+    """Uniform(-1, 1) values rounded to the storage format of ``precision``'s inputs (bf16:
+    uint16 bits; e4m3: uint8 bits)."""
     x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
     storage = PRECISIONS[precision].numpy_storage
     if storage == "bf16-bits":
         return to_bf16_bits(x)
+    if storage == "e4m3-bits":
+        return to_e4m3_bits(x)
     return x.astype(storage)
 
 
 def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
     """The exact values a kernel reads from ``x``, in float64."""
-    bits = PRECISIONS[precision].numpy_storage == "bf16-bits"
-    return from_bf16_bits(x).astype(np.float64) if bits else x.astype(np.float64)
+    storage = PRECISIONS[precision].numpy_storage
+    if storage == "bf16-bits":
+        return from_bf16_bits(x).astype(np.float64)
+    if storage == "e4m3-bits":
+        return E4M3_VALUES[x]
+    return x.astype(np.float64)
 
 
 def product_operands(a64: np.ndarray, b64: np.ndarray, variant) -> tuple[np.ndarray, np.ndarray]:

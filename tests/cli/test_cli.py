@@ -71,7 +71,7 @@ def test_emit_harness(capsys):
     (["best", "--precision", "fp32"], ["the following arguments are required: --shape", "`gemmgen best --help`"]),
     # names: one list of what is allowed, for every command (not "run gemmgen tune", not an empty table)
     (["best", "--precision", "fp64", "--shape", "4096"],
-     ["argument --precision: invalid choice: 'fp64' (choose from 'fp32', 'tf32', 'fp16', 'bf16')"]),
+     ["argument --precision: invalid choice: 'fp64' (choose from 'fp32', 'tf32', 'fp16', 'bf16', 'e4m3')"]),
     (["best", "--precision", "BF16", "--shape", "4096"], ["invalid choice: 'BF16'", "'bf16'"]),
     (["results", "--precision", "fp64"], ["argument --precision: invalid choice: 'fp64'"]),
     (["results", "--family", "nosuch"], ["argument --family: invalid choice: 'nosuch'", "'hopper', 'cublas'"]),

@@ -16,10 +16,11 @@ def test_the_facts_of_each_precision():
         "tf32": ("float", 4, 80, 2.0**-10, 2.0**-22, "tf32", 8, "torch.float32"),
         "fp16": ("__half", 2, 70, 0.0, 2.0**-22, "f16", 16, "torch.float16"),
         "bf16": ("__nv_bfloat16", 2, 80, 0.0, 2.0**-22, "bf16", 16, "torch.bfloat16"),
+        "e4m3": ("__nv_fp8_e4m3", 1, 90, 0.0, 2.0**-13, "e4m3", 32, "torch.float8_e4m3fn"),
     }
     # cudaDataType / cublasComputeType_t codes of cuBLAS's headers
     assert [(p.cuda_type, p.cublas_compute) for p in dtypes.PRECISIONS.values()] == [
-        (0, None), (0, 77), (2, 68), (14, 68)]
+        (0, None), (0, 77), (2, 68), (14, 68), (28, 68)]
     assert dict(dtypes.get("bf16").baseline) == {"api": "cublasGemmEx", "compute": "CUBLAS_COMPUTE_32F",
                                                  "types": "bf16,bf16->f32"}
 
@@ -33,10 +34,13 @@ def test_an_unknown_precision_is_one_clear_error():
 def test_the_modules_read_the_registry(precision):
     p = dtypes.get(precision)
     assert tolerance.elementwise_tolerance(precision, 100) == 2.0 * (2.0 * p.u_in + 102 * p.u_acc)
-    config = make_config("warp" if precision == "fp32" else "mma", {}, precision, "sm_90")
+    family = {"fp32": "warp", "e4m3": "hopper"}.get(precision, "mma")  # FP8: wgmma only, so far
+    variant = {"trans": "nt"} if precision == "e4m3" else {}
+    config = make_config(family, variant, precision, "sm_90")
     assert config.element_type == p.c_type
-    if p.mma_k:
+    if p.mma_k and family == "mma":
         assert config.derived["MMA_K"] == p.mma_k
         assert config.derived["MMA_INSTRUCTION"] == f"mma.sync.aligned.m16n8k{p.mma_k}.row.col.f32.{p.ptx_type}.{p.ptx_type}.f32"
-        hopper = make_config("hopper", {}, precision, "sm_90").derived
+    if p.mma_k:
+        hopper = make_config("hopper", variant, precision, "sm_90").derived
         assert (hopper["WGMMA_K"], hopper["WGMMA_TYPE"], hopper["TMA_TYPE"]) == (p.mma_k, p.ptx_type, p.tma_type)

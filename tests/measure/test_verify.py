@@ -177,3 +177,32 @@ def test_parse_shape(text, shape):
 def test_parse_shape_rejects(text):
     with pytest.raises(InvalidParameter):
         parse_shape(text)
+
+
+# ---- FP8 E4M3 -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits, value", [(0x00, 0.0), (0x01, 2.0**-9), (0x07, 7 * 2.0**-9), (0x08, 2.0**-6),
+                                         (0x38, 1.0), (0x39, 1.125), (0xB8, -1.0), (0x7E, 448.0), (0xFE, -448.0)])
+def test_e4m3_patterns_are_ocps_e4m3fn(bits, value):
+    assert verify.E4M3_VALUES[bits] == value
+    assert verify.as_float64(np.array([bits], dtype=np.uint8), "e4m3")[0] == value
+
+
+def test_e4m3_has_nan_and_no_infinity():
+    assert np.isnan(verify.E4M3_VALUES[[0x7F, 0xFF]]).all()
+    assert np.isfinite(np.delete(verify.E4M3_VALUES, [0x7F, 0xFF])).all()
+
+
+def test_e4m3_rounds_to_nearest_ties_to_even_and_saturates():
+    finite = np.array([b for b in range(256) if b not in (0x7F, 0x80, 0xFF)], dtype=np.uint8)
+    assert (verify.to_e4m3_bits(verify.E4M3_VALUES[finite]) == finite).all()  # every value is its own pattern
+    # halfway between 1 (0x38) and 1.125 (0x39): the even pattern; between 1.125 and 1.25 (0x3A) likewise
+    assert verify.to_e4m3_bits(np.array([1.0625, 1.1875, 1.07, -1.0625])).tolist() == [0x38, 0x3A, 0x39, 0xB8]
+    assert verify.to_e4m3_bits(np.array([1000.0, -1e9, 2.0**-11])).tolist() == [0x7E, 0xFE, 0x00]
+
+
+def test_e4m3_inputs_are_uniform_values_as_the_kernel_reads_them():
+    x = verify.random_matrix(np.random.default_rng(1), 64, 64, "e4m3")
+    assert x.dtype == np.uint8 and verify.host_dtype("e4m3") == np.uint8
+    values = verify.as_float64(x, "e4m3")
+    assert np.abs(values).max() <= 1.0 and len(np.unique(values)) > 50

@@ -45,7 +45,7 @@ def test_dtypes_come_from_the_element_types():
     assert [dtype_for(p) for p in ("fp32", "tf32", "fp16", "bf16")] == [
         "torch.float32", "torch.float32", "torch.float16", "torch.bfloat16"]
     with pytest.raises(GemmgenError, match=re.escape(
-            "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16); is the library from a "
+            "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16, e4m3); is the library from a "
             "newer gemmgen?")):
         dtype_for("fp8")
 
