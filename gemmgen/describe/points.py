@@ -11,6 +11,7 @@ from gemmgen.describe.arch import Arch, parse_arch
 from gemmgen.describe.config import DEFAULT_ARCH, KernelConfig, make_config
 from gemmgen.describe.families import FAMILIES
 from gemmgen.describe.names import parse_name
+from gemmgen.describe.problem import Variant
 from gemmgen.errors import InvalidParameter
 
 
@@ -19,9 +20,10 @@ class NamedPoint:
     name: str
     family: str
     precision: str
-    params: dict
+    params: dict  # the family's parameters only
     source: str
     note: str = ""
+    variant: Variant = Variant()  # what the point computes (hopper_e4m3: B stored N x K, bf16 C)
 
     def __post_init__(self):
         # Parameters the point leaves out (e.g. ones added to its family later) take the family's
@@ -29,7 +31,7 @@ class NamedPoint:
         object.__setattr__(self, "params", {**FAMILIES[self.family].defaults, **self.params})
 
     def config(self, arch: str | Arch = DEFAULT_ARCH) -> KernelConfig:
-        return make_config(self.family, self.params, self.precision, arch)
+        return make_config(self.family, self.params, self.precision, arch, self.variant)
 
     def runs_on(self, arch: str | Arch) -> bool:
         """Whether the point's family can target ``arch`` at all (hopper: sm_90 only)."""
@@ -104,6 +106,11 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
     NamedPoint("hopper_bf16", "hopper", "bf16",
                {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1},
                "gemmgen: hopper_fp16's tiles for bf16"),
+    NamedPoint("hopper_e4m3", "hopper", "e4m3",
+               {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1},
+               "gemmgen: hopper_fp16's tiles for FP8 E4M3 (wgmma m64n256k32), A and B K-major (trans=nt), bf16 C",
+               "not a seed kernel: FP8 as torch._scaled_mm takes it (B stored N x K), the tensor cores "
+               "accumulating all of K", Variant("nt", "bf16")),
     NamedPoint("hopper_tf32", "hopper", "tf32",
                {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2},
                "gemmgen: TMA + wgmma m64n128k8 tf32 computing C^T = B^T A^T, B^T fragments loaded into registers",
@@ -121,7 +128,7 @@ def point_spec(name: str) -> tuple[str, str, dict]:
     key = name.strip()
     if key.lower() in NAMED_POINTS:
         point = NAMED_POINTS[key.lower()]
-        return point.family, point.precision, dict(point.params)
+        return point.family, point.precision, {**point.params, **dict(point.variant.items)}
     parsed = parse_name(key)
     if parsed is not None:
         family, precision, params, variant = parsed

@@ -79,7 +79,10 @@ def _points() -> dict:
                                   ("fp16", {**base, "BN": 128, "schedule": "pingpong", "stages": 6}),
                                   ("fp16", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "swap": 1,
                                             "streamk": 1}),
-                                  ("bf16", {**base, "BM": 32, "consumers": 2, "swap": 1, "cluster": 2})):
+                                  ("bf16", {**base, "BM": 32, "consumers": 2, "swap": 1, "cluster": 2}),
+                                  ("e4m3", {**base, "BN": 128, "stages": 6, "promote": 1, "streamk": 1, "trans": "nt"}),
+                                  ("e4m3", {**base, "BM": 64, "BN": 128, "swap": 1, "promote": 1, "cluster": 2,
+                                            "trans": "nt", "out": "fp16"})):
             config = make_config("hopper", params, precision, ARCH)
             points[f"stateful-{config.name}"] = config
     return points
@@ -118,57 +121,61 @@ def libraries(tmp_path_factory, build_cache):
 
 class Call:
     """One call of a sequence: device buffers (16-byte aligned, with the pointers offset as the
-    call asks), the inputs, and the float64 reference for its alpha and beta."""
+    call asks), the inputs (B stored N x K where the variant says so; C of the variant's type),
+    and the float64 reference for its alpha and beta."""
 
-    def __init__(self, gpu, rng, precision, m, n, k, a_off, b_off, c_off, alpha, beta):
-        drv, esize = gpu.drv, PRECISIONS[precision].bytes
-        self.m, self.n, self.k, self.alpha, self.beta = m, n, k, alpha, beta
+    def __init__(self, gpu, rng, precision, variant, m, n, k, a_off, b_off, c_off, alpha, beta):
+        drv, esize, c_esize = gpu.drv, PRECISIONS[precision].bytes, PRECISIONS[variant.out].bytes
+        self.m, self.n, self.k, self.alpha, self.beta, self.out = m, n, k, alpha, beta, variant.out
         host_a = verify.random_matrix(rng, m, k, precision)
-        host_b = verify.random_matrix(rng, k, n, precision)
-        self.host_c0 = verify.random_matrix(rng, m, n, "fp32")
+        host_b = verify.random_matrix(rng, *((n, k) if variant.b_transposed else (k, n)), precision)
+        self.host_c0 = verify.random_matrix(rng, m, n, variant.out)
+        self.c_bytes = m * n * c_esize
         self.buffers = [drv.mem_alloc(m * k * esize + 16), drv.mem_alloc(k * n * esize + 16),
-                        drv.mem_alloc(m * n * 4 + 16), drv.mem_alloc(m * n * 4)]
+                        drv.mem_alloc(self.c_bytes + 16), drv.mem_alloc(self.c_bytes)]
         self.a = int(self.buffers[0]) + a_off * esize
         self.b = int(self.buffers[1]) + b_off * esize
-        self.c = int(self.buffers[2]) + 4 * c_off
+        self.c = int(self.buffers[2]) + c_esize * c_off
         self.c0 = int(self.buffers[3])
         drv.memcpy_htod(self.a, host_a)
         drv.memcpy_htod(self.b, host_b)
         drv.memcpy_htod(self.c0, self.host_c0)
-        self.ref, self.scale = verify.host_reference(verify.as_float64(host_a, precision),
-                                                     verify.as_float64(host_b, precision), self.host_c0, alpha, beta)
+        a64, b64 = verify.product_operands(verify.as_float64(host_a, precision), verify.as_float64(host_b, precision),
+                                           variant)
+        self.ref, self.scale = verify.host_reference(a64, b64, verify.as_float64(self.host_c0, variant.out), alpha, beta)
 
     def reset_c(self, drv):
         """C = NaN where beta == 0 (unwritten elements then fail), else C0."""
         if self.beta == 0.0:
-            drv.memset_d8(self.c, 0xFF, self.m * self.n * 4)
+            drv.memset_d8(self.c, 0xFF, self.c_bytes)
         else:
-            drv.memcpy_dtod(self.c, self.c0, self.m * self.n * 4)
+            drv.memcpy_dtod(self.c, self.c0, self.c_bytes)
 
     def check(self, drv, precision, what):
-        out = np.empty((self.m, self.n), dtype=np.float32)
+        out = np.empty((self.m, self.n), dtype=verify.host_dtype(self.out))
         drv.memcpy_dtoh(out, self.c)
-        verdict = verify.compare(out, self.ref, self.scale, precision, self.k)
+        verdict = verify.compare(verify.as_float64(out, self.out), self.ref, self.scale, precision, self.k, self.out)
         assert verdict.ok, f"{what} at {self.m}x{self.n}x{self.k} (alpha={self.alpha}, beta={self.beta}): {verdict.message}"
 
 
-INPUTS = {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16", "bf16": "bf16"}  # tf32 kernels read fp32 inputs
+INPUTS = {"tf32": "fp32"}  # tf32 kernels read fp32 inputs; the others their precision's
 
 
 @lru_cache(maxsize=None)
-def _calls_of(gpu, inputs: str) -> list[Call]:
-    rng = np.random.default_rng(zlib.crc32(inputs.encode()))
-    return [Call(gpu, rng, inputs, *call) for call in call_sequence(SEED)]
+def _calls_of(gpu, inputs: str, variant) -> tuple[Call, ...]:
+    rng = np.random.default_rng(zlib.crc32(f"{inputs} {variant.text}".encode()))
+    return tuple(Call(gpu, rng, inputs, variant, *call) for call in call_sequence(SEED))
 
 
 @pytest.fixture(scope="module")
 def calls(bench):
-    def get(precision):
-        return _calls_of(bench.gpu, INPUTS[precision])
+    def get(config):
+        return _calls_of(bench.gpu, INPUTS.get(config.precision, config.precision), config.variant)
 
     yield get
-    for inputs in set(INPUTS.values()):
-        for call in _calls_of(bench.gpu, inputs):
+    made = {(INPUTS.get(c.precision, c.precision), c.variant) for c in POINTS.values()}  # the points share them
+    for inputs, variant in made:
+        for call in _calls_of(bench.gpu, inputs, variant):
             for buffer in call.buffers:
                 buffer.free()
     _calls_of.cache_clear()
@@ -180,7 +187,7 @@ def calls(bench):
 def test_sequence_through_the_emitted_library(bench, libraries, calls, label):
     config, drv = POINTS[label], bench.gpu.drv
     launcher = Launcher(libraries[label][0])
-    for i, call in enumerate(calls(config.precision)):
+    for i, call in enumerate(calls(config)):
         call.reset_c(drv)
         launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
         bench.gpu.synchronize()
@@ -194,7 +201,7 @@ def test_sequence_through_the_runtime(bench, libraries, calls, label):
     assert build.ok, build.log
     kernel = LoadedKernel(bench.gpu, config, build.library)
     try:
-        for i, call in enumerate(calls(config.precision)):
+        for i, call in enumerate(calls(config)):
             call.reset_c(drv)
             args = (call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
             if i % 2:
@@ -216,7 +223,7 @@ def test_two_streams_at_once_each_with_its_own_workspace(bench, libraries, calls
     stream-K flags or partial sums."""
     config = POINTS[label]
     launcher = Launcher(libraries[label][0])
-    streams = on_two_streams(bench, launcher, calls(config.precision)[:12], config.precision, config.name)
+    streams = on_two_streams(bench, launcher, calls(config)[:12], config.precision, config.name)
     assert launcher.held(streams[0].handle).flag_bytes > 0 and launcher.held(streams[1].handle).flag_bytes > 0
     assert launcher.held(streams[0].handle).flags != launcher.held(streams[1].handle).flags
 

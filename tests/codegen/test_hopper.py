@@ -166,6 +166,11 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
                                                    "operand, in the 128-byte swizzle's 64-column chunks of M: BM=32 "
                                                    "must be a multiple of 64 (BM=16 and 32 take trans=nn or nt)"),
     ({"BM": 16, "BN": 128, "consumers": 1, "swap": 1, "trans": "tn"}, "fp16", "BM=16 must be a multiple of 64"),
+    # fp8's wgmma takes A and B K-major only: B stored N x K and A stored M x K
+    ({}, "e4m3", "e4m3's wgmma reads A and B K-major only (8-bit types have no transpose bit): it computes "
+                 "trans=nt (B stored N x K, as torch's linear weight), not trans=nn"),
+    ({"trans": "tt", "out": "bf16"}, "e4m3", "not trans=tt"),
+    ({"BM": 64, "swap": 1, "trans": "tn"}, "e4m3", "not trans=tn"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -187,6 +192,21 @@ def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, in
     # fp16/bf16 B is N-major (transpose bit set); tf32 takes no transpose arguments
     assert ("acc, 1, 1, 0, 1;" in source) == (precision != "tf32")
     assert "-gencode=arch=compute_90a,code=sm_90a" in source
+
+
+@pytest.mark.parametrize("swap, instruction", [(0, "m64n256k32.f32.e4m3.e4m3"), (1, "m64n64k32.f32.e4m3.e4m3")])
+def test_e4m3_multiplies_k_major_operands_128_elements_a_stage(swap, instruction):
+    """FP8: a 128-byte swizzled row is 128 elements of K (the stage's depth), wgmma takes 32 of them
+    a step, both operands K-major (B stored N x K), with no transpose operands in the instruction;
+    A and B are loaded as bytes."""
+    params = {**DEFAULT, "trans": "nt", "out": "bf16"} if not swap else \
+        {**DEFAULT, "BM": 64, "BN": 128, "swap": 1, "trans": "nt", "out": "bf16"}
+    config = make_config("hopper", params, "e4m3", "sm_90")
+    source = render_kernel(config)
+    assert config.derived["BK"] == 128 and config.derived["WGMMA_K"] == 32
+    assert f"wgmma.mma_async.sync.aligned.{instruction}" in source and "acc, 1, 1;" in source
+    assert "CU_TENSOR_MAP_DATA_TYPE_UINT8" in source and "#include <cuda_fp8.h>" in source
+    assert config.name.endswith("_e4m3_nt_obf16")
 
 
 @pytest.mark.parametrize("params", [DEFAULT, {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}],
@@ -324,6 +344,19 @@ def test_sass_has_hgmma_and_tma_loads(precision, swap, hgmma):
     assert "LDL" not in kernel and "STL" not in kernel  # no local-memory spills
 
 
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
+def test_e4m3_sass_has_qgmma_tma_loads_and_stores():
+    config = resolve_point("hopper_e4m3", "sm_90")
+    result = build_kernel(config)
+    assert result.ok, result.log
+    sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
+    kernel = sass[sass.index(f".text.{config.name}:"):]
+    assert "QGMMA.64x256x32.F32.E4M3.E4M3" in kernel and "UTMALDG.2D" in kernel and "UTMASTG.2D" in kernel
+    assert "LDL" not in kernel and "STL" not in kernel
+
+
 @pytest.mark.nvcc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
 @pytest.mark.parametrize("params, pingpong, stream_k", slow_after(2, [
@@ -367,7 +400,7 @@ def test_stream_k_point_name_geometry_and_workspace():
     assert c.name == "hopper_128x256_c2_s4_g8_x2_sk_bf16"
     assert point_spec(c.name) == ("hopper", "bf16", {"BM": "128", "BN": "256", "consumers": "2", "stages": "4",
                                                      "swizzle": "8", "cluster": "2", "schedule": "coop",
-                                                     "streamk": "1", "overlap": "0", "swap": "0"})
+                                                     "streamk": "1", "overlap": "0", "swap": "0", "promote": "0"})
     assert resolve_point(c.name, "sm_90") == c
     assert c.geometry.stream_k
     info = launcher_of(c).describe(4096, 4096, 4096, resident=132)

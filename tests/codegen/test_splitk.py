@@ -114,7 +114,7 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     config = resolve_point(point)
     source = re.sub(r"\s+", " ", render_kernel(config))  # on one line
     assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
-                     r"float alpha, .*float\* __restrict__ C, const gg_workspace ws\)", source)
+                     r"float alpha, .*\* __restrict__ C, const gg_workspace ws\)", source)
     # the grid's z and the split-K workspace follow from split_k (gg_describe's if constexpr on it,
     # decided when the file is made: only the point's own code is left)
     if not config.geometry.persistent:

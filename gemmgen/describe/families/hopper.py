@@ -153,6 +153,8 @@ def derive(p, precision, variant):
         "B_T": b_t,
         "TRANSPOSE_A": int(transpose[0]),  # wgmma's A operand is MN-major (the transpose bit)
         "TRANSPOSE_B": int(transpose[1]),  # wgmma's B operand is MN-major
+        # the instruction's transpose operands: 16-bit types have them, 8-bit ones none (K-major only)
+        "WGMMA_TRANSPOSE": f", {int(transpose[0])}, {int(transpose[1])}" if esize == 2 else "",
         "C_ESIZE": c_esize,
         "C_BOX_COLS": c_box[0],  # columns of C in one staged box
         "TF32_FRAGS": tf32,  # wgmma's A operand (B^T) from registers: tf32 reads smem K-major only
@@ -185,6 +187,9 @@ def check(p, precision, d, variant):
                if d["A_T"] else "")
         v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major "
                  f"B{a_t})")
+    if d["ESIZE"] == 1 and (d["TRANSPOSE_A"] or d["TRANSPOSE_B"]):
+        v.append(f"{precision}'s wgmma reads A and B K-major only (8-bit types have no transpose bit): it computes "
+                 f"trans=nt (B stored N x K, as torch's linear weight), not trans={variant.trans}")
     if d["A_T"] and d["SWAP_AB"] and not d["TF32_FRAGS"] and p["BM"] % 64:
         v.append(f"swap=1 reads A stored K x M (trans={variant.trans}) as wgmma's N-major B operand, in the 128-byte "
                  f"swizzle's 64-column chunks of M: BM={p['BM']} must be a multiple of 64 (BM=16 and 32 take "
@@ -220,6 +225,15 @@ def check(p, precision, d, variant):
             v.append(f"overlap=1 holds half of one m64 block of accumulators per consumer: BM/consumers = "
                      f"{d['ROWS']} must be 64")
         divides(v, "overlap=1 is tested only with tile halves of whole 64-column chunks", "BN", p["BN"], "128", 128)
+    if p["promote"]:
+        if d["ESIZE"] != 1:
+            v.append(f"promote=1 adds each k tile's sums in fp32 for FP8, whose tensor cores accumulate in about 14 "
+                     f"bits; {precision}'s accumulate in fp32 already: use promote=0")
+        if p["overlap"]:
+            v.append("promote=1 waits for each k tile's wgmmas, where overlap=1 stores a box: use overlap=0")
+        if 2 * d["ACC"] > MAX_ACC_REGS:
+            v.append(f"promote=1 holds a k tile's sums beside the accumulators: 2*{d['ACC']} = {2 * d['ACC']} "
+                     f"registers per consumer thread; at most {MAX_ACC_REGS} fit (e.g. BN=128 with two consumers)")
     if d["ACC"] > MAX_ACC_REGS:
         n = "BM" if d["SWAP_AB"] else "BN"
         v.append(f"accumulators need ({split}/{'1' if p['schedule'] == 'pingpong' else 'consumers'}/64)*({n}/2) = "
@@ -232,7 +246,7 @@ FAMILY = Family(
     name="hopper",
     template="hopper.cu.j2",
     doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
-    precisions=("fp16", "bf16", "tf32"),
+    precisions=("fp16", "bf16", "tf32", "e4m3"),
     params=(
         Param("BM", BM_CHOICES, "rows of C per tile: multiples of 64 (whole m64 wgmma blocks per consumer), or with "
                                 "swap=1 and for tf32 any multiple of 8 (the rows are wgmma's N), so that a tile count "
@@ -257,9 +271,12 @@ FAMILY = Family(
         Param("overlap", (0, 1), "1: each consumer stores the left half of a tile's C at once and holds the "
                                  "right half in registers, stored while its next tile multiplies; 0: the "
                                  "tensor cores wait for the whole store"),
+        Param("promote", (0, 1), "FP8 (e4m3): 1 sums each k tile (128 of K) in the tensor cores from zero and adds "
+                                 "it to the accumulators in fp32 (the promotion interval), 0 lets the tensor cores "
+                                 "accumulate all of K in their own precision (fast accumulation); 16-bit types: 0"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
-              "streamk": 0, "overlap": 0, "swap": 0},
+              "streamk": 0, "overlap": 0, "swap": 0, "promote": 0},
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
@@ -269,5 +286,5 @@ FAMILY = Family(
     computes=EVERY_VARIANT,
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
-                  ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0)),
+                  ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0), ("promote", "_pr", 0)),
 )
