@@ -16,7 +16,7 @@ from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
 from gemmgen.measure import verify
-from gemmgen.measure.cublas import WORKSPACE_BYTES, Cublas, baseline_api
+from gemmgen.measure.cublas import WORKSPACE_BYTES, Cublas, CublasError, baseline_api, uses_cublaslt
 from gemmgen.measure.cublaslt import CublasLt
 from gemmgen.measure.device import Gpu, LaunchFailed
 from gemmgen.measure.gpucheck import GpuChecker
@@ -179,8 +179,11 @@ class Bench:
                                                            batch=batch))
                     launches = [plan.run]
                     if self.interleave:
-                        cublas = self._cublas_runner(config.precision, ops)
-                        launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
+                        try:
+                            cublas = self._cublas_runner(config.precision, ops)
+                            launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
+                        except CublasError as err:  # the point is measured all the same, alone
+                            result.message = f"timed alone: no cuBLAS baseline here ({err})"
                     self._verify_and_time(run, ops, result, *launches, give_up_ms=give_up_ms)
             except ShapeRefused as err:
                 result.status, result.message = "infeasible", str(err)
@@ -206,14 +209,16 @@ class Bench:
                               params={**dict(PRECISIONS[precision].baseline), **dict(api), **dict(variant.items)})
 
     def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
-        """cuBLAS's GEMM of the operands' variant: cuBLASLt with its fused epilogue where the
-        variant has one (gemmgen.measure.cublaslt), else cublasGemmEx / cublasSgemm."""
+        """cuBLAS's GEMM of the operands' variant: cuBLASLt (with its fused epilogue where the
+        variant has one) where uses_cublaslt, else cublasGemmEx / cublasSgemm."""
         s = ops.shape
         batched = ops.variant.batched  # the operands' batch, at their (packed) strides
-        if ops.variant.has_epilogue:
+        if uses_cublaslt(precision, ops.variant):
             if self._cublas_lt is None:
                 self._cublas_lt = CublasLt()
             lt = self._cublas_lt
+            lt.prepare(precision, s.m, s.n, s.k, ops.variant, bias=ops.bias_address, batch=ops.batch,
+                       strides=ops.strides if batched else None)  # raises CublasError now, not when timed
 
             def run(alpha, beta):
                 lt.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
@@ -232,10 +237,14 @@ class Bench:
         and ``variant`` (layouts, C's type, epilogue; a batched one: Bench's batch_count products per
         call, cublasGemmStridedBatchedEx or cuBLASLt with batched layouts)."""
         ops = self.operands(shape, precision, variant)
-        run = self._cublas_runner(precision, ops)
-        result = self._verify_and_time(run, ops, Measured("cublas", cublas_name(precision, variant), precision, shape,
-                                                          "infeasible", variant=variant, batch=ops.batch),
-                                       lambda: run(TIMED_ALPHA, TIMED_BETA))
+        result = Measured("cublas", cublas_name(precision, variant), precision, shape, "infeasible", variant=variant,
+                          batch=ops.batch)
+        try:
+            run = self._cublas_runner(precision, ops)
+        except CublasError as err:  # cuBLAS does not compute this: a result, not a crash
+            result.message = str(err)
+        else:
+            result = self._verify_and_time(run, ops, result, lambda: run(TIMED_ALPHA, TIMED_BETA))
         self._record(self._cublas_kernel_id(precision, variant), result)
         return result
 

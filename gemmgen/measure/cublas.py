@@ -65,11 +65,18 @@ def driver_library() -> ctypes.CDLL:
     return cuda
 
 
+def uses_cublaslt(precision: str, variant: Variant = Variant()) -> bool:
+    """Whether the baseline of ``precision`` and ``variant`` is cuBLASLt's matmul
+    (gemmgen.measure.cublaslt): where the variant fuses an epilogue, and for a precision whose
+    baseline is it (FP8: cublasGemmEx takes no 8-bit types)."""
+    return variant.has_epilogue or dict(PRECISIONS[precision].baseline)["api"] == "cublasLtMatmul"
+
+
 def baseline_api(precision: str, variant: Variant = Variant()) -> str:
     """The cuBLAS function the baseline of ``precision`` and ``variant`` calls (stored with its
-    rows): cublasLtMatmul where the variant fuses an epilogue (gemmgen.measure.cublaslt), else the
-    precision's (gemmgen.describe.dtypes), its strided-batched form for a batched variant."""
-    if variant.has_epilogue:
+    rows): cublasLtMatmul where uses_cublaslt, else the precision's (gemmgen.describe.dtypes),
+    its strided-batched form for a batched variant."""
+    if uses_cublaslt(precision, variant):
         return "cublasLtMatmul"
     one = dict(PRECISIONS[precision].baseline)["api"]
     return {"cublasSgemm": "cublasSgemmStridedBatched", "cublasGemmEx": "cublasGemmStridedBatchedEx"}[one] \

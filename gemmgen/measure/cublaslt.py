@@ -1,4 +1,5 @@
-"""cuBLASLt through ctypes: the baseline of a variant with a fused epilogue (bias, ReLU, GELU).
+"""cuBLASLt through ctypes: the baseline of a variant with a fused epilogue (bias, ReLU, GELU),
+and of FP8 (e4m3) inputs, which cublasGemmEx does not take.
 
 cuBLASLt computes D = epilogue(alpha * op(A) op(B) + beta * C) with bias and activation fused
 into the store, as a gemmgen kernel whose variant adds them. gemmgen's row-major C = A @ B is
@@ -30,6 +31,7 @@ _DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_BIAS_BATCH
 # cublasLtMatrixLayoutAttribute_t: a strided batch's count (int32) and stride in elements (int64)
 _LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 _PREF_MAX_WORKSPACE_BYTES = 1
+_STATUS_NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED: no algorithm takes the problem
 # cublasLtEpilogue_t, by (bias, act)
 EPILOGUES = {("none", "none"): 1, ("none", "relu"): 2, ("col", "none"): 4, ("col", "relu"): 6,
              ("none", "gelu"): 32, ("col", "gelu"): 36}
@@ -47,8 +49,25 @@ def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
     return load_toolkit_library("libcublasLt.so*", "libcublasLt.so"), driver_library()
 
 
-def supported(variant: Variant) -> str | None:
-    """Why cuBLASLt has no fused baseline for ``variant``'s epilogue, or None where it has one."""
+def precision_refused(variant: Variant, precision: str) -> str | None:
+    """Why cuBLASLt is no baseline for ``precision``'s inputs in ``variant``, or None: 8-bit inputs
+    are taken K-major only (A stored M x K, B stored N x K: trans=nt), and without an epilogue."""
+    if PRECISIONS[precision].bytes == 1 and variant.trans != "nt":
+        return (f"cuBLASLt multiplies {precision} with A and B K-major only (trans=nt: B stored N x K), not "
+                f"trans={variant.trans}")
+    if PRECISIONS[precision].bytes == 1 and variant.has_epilogue:
+        # seen on an H200 with CUDA 13.0's cuBLASLt, 2026-11-28: e4m3, a column bias and GELU into
+        # fp32 C at 129x6144x4096 was far from the float64 reference (and the check said so)
+        return (f"no cuBLASLt baseline for {precision} with an epilogue (bias={variant.bias}, act={variant.act}): "
+                "its FP8 matmul with a fused bias and GELU gave wrong results")
+    return None
+
+
+def supported(variant: Variant, precision: str = "fp16") -> str | None:
+    """Why cuBLASLt has no baseline for ``variant`` (its epilogue, its layouts) with ``precision``'s
+    inputs, or None where it has one."""
+    if why := precision_refused(variant, precision):
+        return why
     if (variant.bias, variant.act) not in EPILOGUES:
         return (f"cuBLASLt fuses a bias per column of C and ReLU or GELU; bias={variant.bias}, act={variant.act} "
                 "has no cuBLASLt baseline")
@@ -124,16 +143,35 @@ class CublasLt:
                                                                     ctypes.c_size_t(8)),
                     "cublasLtMatmulPreferenceSetAttribute")
         found, count = _Heuristic(), ctypes.c_int(0)
-        self._check(self._lib.cublasLtMatmulAlgoGetHeuristic(self._handle, desc, layout_b, layout_a, layout_c, layout_c,
-                                                             pref, 1, ctypes.byref(found), ctypes.byref(count)),
-                    "cublasLtMatmulAlgoGetHeuristic")
+        status = self._lib.cublasLtMatmulAlgoGetHeuristic(self._handle, desc, layout_b, layout_a, layout_c, layout_c,
+                                                          pref, 1, ctypes.byref(found), ctypes.byref(count))
         self._lib.cublasLtMatmulPreferenceDestroy(pref)
-        if count.value < 1:
+        if status == _STATUS_NOT_SUPPORTED or (status == 0 and count.value < 1):
+            self._lib.cublasLtMatmulDescDestroy(desc)
+            for layout in (layout_b, layout_a, layout_c):
+                self._lib.cublasLtMatrixLayoutDestroy(layout)
             raise CublasError(f"cuBLASLt has no algorithm for {precision} {m}x{n}x{k} {variant.text}"
-                              + (f" (batch {batch})" if batch != 1 else ""))
+                              + (f" (batch {batch})" if batch != 1 else "")
+                              + (" (FP8 wants rows of 16-byte multiples)" if PRECISIONS[precision].bytes == 1 else ""))
+        self._check(status, "cublasLtMatmulAlgoGetHeuristic")
         plan = (desc, layout_b, layout_a, layout_c, found)
         self._plans[key] = plan
         return plan
+
+    def prepare(self, precision: str, m: int, n: int, k: int, variant: Variant, bias: int | None = None,
+                batch: int = 1, strides: tuple[int, int, int, int] | None = None) -> tuple:
+        """The plan of gemm's call with these arguments, made now (and kept): raises CublasError
+        where cuBLASLt fuses no such epilogue (``supported``), has no algorithm for the problem
+        (FP8, for one, wants leading dimensions of 16-byte multiples), or strides are given where
+        the variant is not batched or missing where it is."""
+        why = supported(variant, precision)
+        if why:
+            raise CublasError(why)
+        if variant.bias != "none" and not bias:
+            raise CublasError(f"variant {variant.text} adds a bias: pass its device address")
+        check_batch(variant, batch, strides)
+        strides = tuple(int(s) for s in strides) if strides is not None else (0, 0, 0, 0)
+        return self._plan(precision, m, n, k, variant, bias or 0, int(batch), strides)
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
              variant: Variant, bias: int | None = None, batch: int = 1,
@@ -142,17 +180,8 @@ class CublasLt:
         (N values of C's type, one per column), as gemmgen.measure.cublas.Cublas.gemm for the rest; a
         batched variant computes ``batch`` products in one call, ``strides`` = (stride_a, stride_b,
         stride_c, stride_bias) in elements (0 for A, B or the bias: one for every product).
-        Raises CublasError where cuBLASLt fuses no such epilogue (``supported``), or strides are
-        given where the variant is not batched or missing where it is."""
-        why = supported(variant)
-        if why:
-            raise CublasError(why)
-        if variant.bias != "none" and not bias:
-            raise CublasError(f"variant {variant.text} adds a bias: pass its device address")
-        check_batch(variant, batch, strides)
-        strides = tuple(int(s) for s in strides) if strides is not None else (0, 0, 0, 0)
-        desc, layout_b, layout_a, layout_c, found = self._plan(precision, m, n, k, variant, bias or 0, int(batch),
-                                                               strides)
+        Raises CublasError as :meth:`prepare` does."""
+        desc, layout_b, layout_a, layout_c, found = self.prepare(precision, m, n, k, variant, bias, batch, strides)
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         self._check(self._lib.cublasLtMatmul(self._handle, desc, ctypes.byref(al), ctypes.c_void_p(b), layout_b,
                                              ctypes.c_void_p(a), layout_a, ctypes.byref(be), ctypes.c_void_p(c),

@@ -16,6 +16,7 @@ from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidPoint
+from gemmgen.measure.cublaslt import precision_refused
 from gemmgen.measure.outcome import Measured
 
 
@@ -48,8 +49,9 @@ def point_plan(specs: dict[str, tuple[str, str, dict]], shapes: list[Shape], arc
                cublas_variant: Variant = Variant()) -> tuple[list[Job], dict[str, InvalidPoint]]:
     """The plan of `gemmgen bench POINT...`: ``specs`` are the points named, by label as asked
     ((family, precision, params) each, gemmgen.describe.points.point_spec), made for ``arch``
-    and measured at every shape. cuBLAS is measured in the points' precisions (in every precision
-    where none is named) and variants (``cublas_variant`` where none is named), at each shape.
+    and measured at every shape. cuBLAS is measured in the points' precisions (where none is
+    named, in every precision whose inputs it takes in the variant's layouts) and variants
+    (``cublas_variant`` where none is named), at each shape.
     Returns the plan and, by label, the points that cannot run on ``arch`` (left out)."""
     configs, skipped = {}, {}
     for label, (family, precision, params) in specs.items():
@@ -57,7 +59,9 @@ def point_plan(specs: dict[str, tuple[str, str, dict]], shapes: list[Shape], arc
             configs[label] = make_config(family, params, precision, arch)
         except InvalidPoint as err:
             skipped[label] = err
-    precisions = list(dict.fromkeys(precision for _, precision, _ in specs.values())) or list(PRECISIONS)
+    # cuBLAS alone: every precision it is a baseline of in that variant (FP8: trans=nt, no epilogue)
+    precisions = (list(dict.fromkeys(precision for _, precision, _ in specs.values()))
+                  or [p for p in PRECISIONS if not precision_refused(cublas_variant, p)])
     jobs = [Job(shape, precision, label, config, config.variant) for shape in shapes for precision in precisions
             for label, config in configs.items() if config.precision == precision]
     variants = list(dict.fromkeys(config.variant for config in configs.values())) or [cublas_variant]

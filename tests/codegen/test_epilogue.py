@@ -238,6 +238,16 @@ def test_cublaslt_covers_column_bias_relu_and_gelu():
     assert "no cuBLASLt baseline" in supported(Variant(act="silu"))
 
 
+def test_fp8s_baseline_is_cublaslt_with_k_major_operands():
+    from gemmgen.measure.cublas import baseline_api, uses_cublaslt
+
+    assert uses_cublaslt("e4m3") and baseline_api("e4m3", Variant("nt", "bf16")) == "cublasLtMatmul"
+    assert not uses_cublaslt("bf16", Variant("nt", "bf16")) and uses_cublaslt("bf16", Variant(bias="col"))
+    assert supported(Variant("nt", "bf16"), "e4m3") is None and supported(Variant("nt", "fp32"), "e4m3") is None
+    assert "gave wrong results" in supported(Variant("nt", "fp32", "col", "gelu"), "e4m3")
+    assert "K-major only (trans=nt: B stored N x K), not trans=nn" in supported(Variant(), "e4m3")
+
+
 @pytest.mark.nvcc
 def test_launcher_reads_the_epilogue_and_wants_its_bias():
     """The launcher says its variant, all four keys, and refuses a launch without the bias it adds

@@ -39,7 +39,10 @@ def test_each_shape_and_precision_starts_with_cublas_then_its_points():
 def test_cublas_named_alone_is_measured_in_every_precision_in_the_variant_asked():
     plan, skipped = point_plan({}, [BIG], SM90, NT)
     assert skipped == {}
-    assert steps(plan) == [("4096x4096x4096", p, "cublas", None, NT.text) for p in ("fp32", "tf32", "fp16", "bf16")]
+    assert steps(plan) == [("4096x4096x4096", p, "cublas", None, NT.text)
+                           for p in ("fp32", "tf32", "fp16", "bf16", "e4m3")]
+    # FP8's inputs K-major only: not in the default variant (B stored K x N)
+    assert [step[1] for step in steps(point_plan({}, [BIG], SM90)[0])] == ["fp32", "tf32", "fp16", "bf16"]
 
 
 def test_a_point_the_gpu_cannot_run_is_left_out_and_said_but_cublas_still_runs_in_its_precision():
