@@ -30,6 +30,7 @@ from gemmgen.describe.config import DEFAULT_ARCH, make_config
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.families import FAMILIES
 from gemmgen.describe.points import NAMED_POINTS
+from gemmgen.describe.problem import Variant
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure import verify
 from gemmgen.measure.launcher import Launcher, LoadedKernel
@@ -142,7 +143,8 @@ class Call:
         drv.memcpy_htod(self.c0, self.host_c0)
         a64, b64 = verify.product_operands(verify.as_float64(host_a, precision), verify.as_float64(host_b, precision),
                                            variant)
-        self.ref, self.scale = verify.host_reference(a64, b64, verify.as_float64(self.host_c0, variant.out), alpha, beta)
+        c0 = verify.as_float64(self.host_c0, variant.out)
+        self.ref, self.scale = verify.host_reference(a64, b64, c0, alpha, beta)
 
     def reset_c(self, drv):
         """C = NaN where beta == 0 (unwritten elements then fail), else C0."""
@@ -161,23 +163,30 @@ class Call:
 INPUTS = {"tf32": "fp32"}  # tf32 kernels read fp32 inputs; the others their precision's
 
 
+_made: list = []  # every sequence _calls_of made, for the fixture to free
+
+
 @lru_cache(maxsize=None)
 def _calls_of(gpu, inputs: str, variant) -> tuple[Call, ...]:
     rng = np.random.default_rng(zlib.crc32(f"{inputs} {variant.text}".encode()))
-    return tuple(Call(gpu, rng, inputs, variant, *call) for call in call_sequence(SEED))
+    made = tuple(Call(gpu, rng, inputs, variant, *call) for call in call_sequence(SEED))
+    _made.append(made)
+    return made
 
 
 @pytest.fixture(scope="module")
 def calls(bench):
-    def get(config):
-        return _calls_of(bench.gpu, INPUTS.get(config.precision, config.precision), config.variant)
+    """calls(precision[, variant]): the sequence's calls for kernels of that precision and variant
+    (made once, shared by the kernels and by test_gpu_dispatch.py)."""
+    def get(precision, variant=Variant()):
+        return _calls_of(bench.gpu, INPUTS.get(precision, precision), variant)
 
     yield get
-    made = {(INPUTS.get(c.precision, c.precision), c.variant) for c in POINTS.values()}  # the points share them
-    for inputs, variant in made:
-        for call in _calls_of(bench.gpu, inputs, variant):
+    for made in _made:
+        for call in made:
             for buffer in call.buffers:
                 buffer.free()
+    _made.clear()
     _calls_of.cache_clear()
 
 
@@ -187,7 +196,7 @@ def calls(bench):
 def test_sequence_through_the_emitted_library(bench, libraries, calls, label):
     config, drv = POINTS[label], bench.gpu.drv
     launcher = Launcher(libraries[label][0])
-    for i, call in enumerate(calls(config)):
+    for i, call in enumerate(calls(config.precision, config.variant)):
         call.reset_c(drv)
         launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
         bench.gpu.synchronize()
@@ -201,7 +210,7 @@ def test_sequence_through_the_runtime(bench, libraries, calls, label):
     assert build.ok, build.log
     kernel = LoadedKernel(bench.gpu, config, build.library)
     try:
-        for i, call in enumerate(calls(config)):
+        for i, call in enumerate(calls(config.precision, config.variant)):
             call.reset_c(drv)
             args = (call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
             if i % 2:
@@ -223,7 +232,8 @@ def test_two_streams_at_once_each_with_its_own_workspace(bench, libraries, calls
     stream-K flags or partial sums."""
     config = POINTS[label]
     launcher = Launcher(libraries[label][0])
-    streams = on_two_streams(bench, launcher, calls(config)[:12], config.precision, config.name)
+    sequence = calls(config.precision, config.variant)[:12]
+    streams = on_two_streams(bench, launcher, sequence, config.precision, config.name)
     assert launcher.held(streams[0].handle).flag_bytes > 0 and launcher.held(streams[1].handle).flag_bytes > 0
     assert launcher.held(streams[0].handle).flags != launcher.held(streams[1].handle).flags
 
