@@ -45,7 +45,8 @@ def check_source() -> str:
     variant) and the shared float64 reference (reference.cuh) included."""
     from gemmgen.codegen.render import environment
 
-    return environment().get_template("check.cu").render(fields=FIELDS, v=None, e4m3_kind=PRECISIONS["e4m3"].check_kind)
+    return environment().get_template("check.cu").render(fields=FIELDS, v=None,
+                                                         e4m3_kind=PRECISIONS["e4m3"].check_kind)
 
 
 class GpuChecker:
