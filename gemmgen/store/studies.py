@@ -24,16 +24,24 @@ GRACE_PERIOD_S = 60
 MAX_RETRY = 2  # a trial whose worker died is measured again at most this often
 
 
+# The URLs whose Optuna schema version this process has checked: Optuna's check reads its alembic
+# scripts from disk (about 80 ms an open), and a schema does not change under a running process.
+_checked: set[str] = set()
+
+
 def open_storage(url: str, *, heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
                  grace_period_s: int = GRACE_PERIOD_S) -> RDBStorage:
     """Optuna's RDB storage on ``url``, with heartbeats and retries of trials whose worker died.
-    Creates Optuna's tables where they are missing (under the set-up lock)."""
+    Creates Optuna's tables where they are missing (under the set-up lock); checks their schema
+    version on the first open of ``url`` in the process (Optuna raises where it is not its own)."""
     sqlite = backend(url) == "sqlite"
     quiet_optuna()
     with setup_lock(url):
         storage = RDBStorage(url, engine_kwargs={"connect_args": sqlite_connect_args()} if sqlite else None,
+                             skip_compatibility_check=url in _checked,
                              heartbeat_interval=heartbeat_interval_s, grace_period=grace_period_s,
                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
+    _checked.add(url)
     if sqlite:
         make_sqlite_safe(storage.engine)
     return storage

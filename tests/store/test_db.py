@@ -486,3 +486,18 @@ def test_claims_go_to_the_first_and_can_be_taken_over(tmp_path):
         assert not db.take_over(**key, old_owner=12, new_owner=13)  # 12 never held it
         assert db.take_over(**key, old_owner=11, new_owner=12)
         assert db.claim(**key, owner=14) == 12
+
+
+def test_optunas_schema_is_checked_on_the_first_open_of_a_url_in_a_process(tmp_path, monkeypatch):
+    from optuna.storages._rdb.storage import _VersionManager
+
+    from gemmgen.store import studies
+
+    checks = []
+    real = _VersionManager.check_table_schema_compatibility
+    monkeypatch.setattr(_VersionManager, "check_table_schema_compatibility",
+                        lambda self: checks.append(1) or real(self))
+    first, other = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    for url in (first, first, other, first):
+        studies.open_storage(url).engine.dispose()
+    assert len(checks) == 2  # a.db once, b.db once
