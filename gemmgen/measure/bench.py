@@ -179,11 +179,7 @@ class Bench:
                                                            batch=batch))
                     launches = [plan.run]
                     if self.interleave:
-                        try:
-                            cublas = self._cublas_runner(config.precision, ops)
-                            launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
-                        except CublasError as err:  # the point is measured all the same, alone
-                            result.message = f"timed alone: no cuBLAS baseline here ({err})"
+                        result.message = self._add_cublas(launches, config.precision, ops)
                     self._verify_and_time(run, ops, result, *launches, give_up_ms=give_up_ms)
             except ShapeRefused as err:
                 result.status, result.message = "infeasible", str(err)
@@ -207,6 +203,22 @@ class Bench:
         return self.db.kernel(name=cublas_name(precision, variant), family="cublas", precision=precision,
                               arch=self.gpu.info.arch.name,
                               params={**dict(PRECISIONS[precision].baseline), **dict(api), **dict(variant.items)})
+
+    def _add_cublas(self, launches: list, precision: str, ops: Operands) -> str:
+        """Appends cuBLAS's timed launch of the operands' problem to ``launches``, to be timed in
+        alternation with a point's, where cuBLAS computes it and its result passes the checks (once
+        per operands): a baseline row is recorded as ok only so. Else the point is timed alone; the
+        returned message says why ("" where cuBLAS is added)."""
+        try:
+            cublas = self._cublas_runner(precision, ops)
+        except CublasError as err:
+            return f"timed alone: no cuBLAS baseline here ({err})"
+        if ops.cublas_verdict is None:
+            ops.cublas_verdict = self.verify(cublas, ops)
+        if not ops.cublas_verdict.ok:
+            return f"timed alone: cuBLAS's own result failed the check here ({ops.cublas_verdict.message})"
+        launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
+        return ""
 
     def _cublas_runner(self, precision: str, ops: Operands) -> Runner:
         """cuBLAS's GEMM of the operands' variant: cuBLASLt (with its fused epilogue where the

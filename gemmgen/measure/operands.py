@@ -41,6 +41,7 @@ class Operands:
         self.bias_len = self.strides[3]  # M or N values (0: no bias)
         self.bias = drv.mem_alloc(batch * self.bias_len * self.c_bytes) if self.bias_len else None
         self.host_a = self.host_b = self.host_c0 = self.host_bias = None
+        self.cublas_verdict = None  # cuBLAS's check on these operands, once a kernel is timed against it
         self.references: References | None = None  # of the current contents (GpuChecker.references)
 
     @property
@@ -91,6 +92,7 @@ class Operands:
         return int(self.c) + c_at, int(self.c0) + c_at, bias
 
     def _drop_references(self) -> None:
+        self.cublas_verdict = None
         if self.references is not None:
             self.references.free()
             self.references = None

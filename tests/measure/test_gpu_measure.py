@@ -79,6 +79,26 @@ def test_interleaved_timing_gives_the_point_its_own_cublas(bench):
     assert any(r.kernel == "cublas_fp32" for r in rows)
 
 
+def test_a_point_is_timed_alone_where_cublas_has_no_right_baseline(bench, monkeypatch):
+    """Where cuBLAS cannot compute the problem (FP8 at rows of 1000 bytes: cuBLASLt has no
+    algorithm) or computes it wrongly (a runner that leaves C as it is: NaN), the point is still
+    verified and timed, alone, and no cuBLAS row is recorded as timed with it."""
+    if bench.gpu.info.arch.cc != 90:
+        pytest.skip("FP8 kernels are hopper's (sm_90)")
+    bench.interleave = True
+    try:
+        fp8 = NAMED_POINTS["hopper_e4m3"].config(bench.gpu.info.arch)
+        m = bench.measure_point("hopper_e4m3", fp8, Shape(1000, 1000, 1000))
+        assert m.status == "ok" and m.baseline is None and m.message.startswith("timed alone: no cuBLAS baseline")
+        monkeypatch.setattr(bench, "_cublas_runner", lambda precision, ops: lambda alpha, beta: None)
+        v4 = NAMED_POINTS["v4"].config(bench.gpu.info.arch)
+        m = bench.measure_point("v4", v4, Shape(192, 160, 128))
+        assert m.status == "ok" and m.baseline is None
+        assert m.message.startswith("timed alone: cuBLAS's own result failed the check")
+    finally:
+        bench.interleave = False
+
+
 def test_the_gpu_check_gives_the_host_checks_statistics(bench):
     """The same C judged on the GPU (gpucheck) and on the host (verify.host_stats): a correct C, one
     element off, a NaN, and a row left unwritten (NaN from the poisoning), for both checks."""
