@@ -211,10 +211,10 @@ class Bench:
         returned message says why ("" where cuBLAS is added)."""
         try:
             cublas = self._cublas_runner(precision, ops)
-        except CublasError as err:
+            if ops.cublas_verdict is None:
+                ops.cublas_verdict = self.verify(cublas, ops)
+        except CublasError as err:  # cublasGemmEx refuses some variants only when called
             return f"timed alone: no cuBLAS baseline here ({err})"
-        if ops.cublas_verdict is None:
-            ops.cublas_verdict = self.verify(cublas, ops)
         if not ops.cublas_verdict.ok:
             return f"timed alone: cuBLAS's own result failed the check here ({ops.cublas_verdict.message})"
         launches.append(lambda: cublas(TIMED_ALPHA, TIMED_BETA))
