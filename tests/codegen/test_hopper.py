@@ -171,6 +171,12 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
                  "trans=nt (B stored N x K, as torch's linear weight), not trans=nn"),
     ({"trans": "tt", "out": "bf16"}, "e4m3", "not trans=tt"),
     ({"BM": 64, "swap": 1, "trans": "tn"}, "e4m3", "not trans=tn"),
+    # promotion: FP8 only, beside the accumulators, without overlap's stores in the k loop
+    ({"promote": 1}, "fp16", "promote=1 adds each k tile's sums in fp32 for FP8, whose tensor cores accumulate in "
+                             "about 14 bits; fp16's accumulate in fp32 already: use promote=0"),
+    ({"promote": 1, "trans": "nt"}, "e4m3", "holds a k tile's sums beside the accumulators: 2*128 = 256 registers"),
+    ({"BN": 128, "promote": 1, "overlap": 1, "trans": "nt"}, "e4m3", "promote=1 waits for each k tile's wgmmas, "
+                                                                      "where overlap=1 stores a box: use overlap=0"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -192,6 +198,18 @@ def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, in
     # fp16/bf16 B is N-major (transpose bit set); tf32 takes no transpose arguments
     assert ("acc, 1, 1, 0, 1;" in source) == (precision != "tf32")
     assert "-gencode=arch=compute_90a,code=sm_90a" in source
+
+
+def test_promote_sums_each_k_tile_apart_and_adds_it_in_fp32():
+    """promote=1: each k tile's wgmmas start from zero in `part` (accumulate flag ks > 0), and part
+    is added to the accumulators once they are done; promote=0 leaves only the plain k loop."""
+    params = {**DEFAULT, "BN": 128, "stages": 6, "trans": "nt", "out": "bf16"}
+    promoted = render_kernel(make_config("hopper", {**params, "promote": 1}, "e4m3", "sm_90"))
+    plain = render_kernel(make_config("hopper", params, "e4m3", "sm_90"))
+    assert "hp_wgmma(part[mi]" in promoted and "acc[mi][i] + part[mi][i]" in promoted
+    assert "part[" not in plain
+    assert make_config("hopper", {**params, "promote": 1}, "e4m3", "sm_90").name == \
+        "hopper_128x128_c2_s6_pr_e4m3_nt_obf16"
 
 
 @pytest.mark.parametrize("swap, instruction", [(0, "m64n256k32.f32.e4m3.e4m3"), (1, "m64n64k32.f32.e4m3.e4m3")])
