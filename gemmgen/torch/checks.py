@@ -70,10 +70,15 @@ class Operand:
 def dtype_for(precision: str) -> str:
     """The torch dtype name of A and B for a launcher of ``precision`` ("fp32", "tf32", "fp16",
     "bf16"): "torch.float32", "torch.float16" or "torch.bfloat16". Raises GemmgenError for a
-    precision gemmgen.torch does not know (a library newer than this gemmgen)."""
+    precision gemmgen.torch does not know (a library newer than this gemmgen), and for FP8, which
+    it does not take yet."""
     if precision not in PRECISIONS:
         raise GemmgenError(f"gemmgen.torch does not know precision {precision!r} (it knows "
                            f"{', '.join(PRECISIONS)}); is the library from a newer gemmgen?")
+    if PRECISIONS[precision].bytes == 1:
+        raise GemmgenError(f"gemmgen.torch does not take {precision} launchers yet: their scale is the alpha "
+                           "argument, where torch._scaled_mm takes device tensors; call the C launcher, or "
+                           "torch._scaled_mm")
     return PRECISIONS[precision].torch_dtype
 
 

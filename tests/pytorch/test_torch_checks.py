@@ -48,6 +48,8 @@ def test_dtypes_come_from_the_element_types():
             "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16, e4m3); is the library from a "
             "newer gemmgen?")):
         dtype_for("fp8")
+    with pytest.raises(GemmgenError, match="gemmgen.torch does not take e4m3 launchers yet"):
+        dtype_for("e4m3")
 
 
 def test_row_major_strides_ignore_dimensions_of_one():
