@@ -59,14 +59,19 @@ def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
     return (pick | np.where(np.signbit(x) & (pick > 0), 0x80, 0)).astype(np.uint8)
 
 
-_BIT_STORAGE = {"bf16-bits": np.uint16, "e4m3-bits": np.uint8}
+# The storages NumPy has no float type for, held as bit patterns: (the patterns' dtype, float32
+# values -> patterns, patterns -> their exact float64 values).
+_BITS = {
+    "bf16-bits": (np.uint16, to_bf16_bits, lambda bits: from_bf16_bits(bits).astype(np.float64)),
+    "e4m3-bits": (np.uint8, to_e4m3_bits, lambda bits: E4M3_VALUES[bits]),
+}
 
 
 def host_dtype(precision: str) -> np.dtype:
     """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or the bit
     patterns of bf16 (uint16) or FP8 E4M3 (uint8)."""
     storage = PRECISIONS[precision].numpy_storage
-    return np.dtype(_BIT_STORAGE.get(storage, storage))
+    return np.dtype(_BITS[storage][0] if storage in _BITS else storage)
 
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
@@ -74,21 +79,13 @@ def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str
     uint16 bits; e4m3: uint8 bits)."""
     x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
     storage = PRECISIONS[precision].numpy_storage
-    if storage == "bf16-bits":
-        return to_bf16_bits(x)
-    if storage == "e4m3-bits":
-        return to_e4m3_bits(x)
-    return x.astype(storage)
+    return _BITS[storage][1](x) if storage in _BITS else x.astype(storage)
 
 
 def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
     """The exact values a kernel reads from ``x``, in float64."""
     storage = PRECISIONS[precision].numpy_storage
-    if storage == "bf16-bits":
-        return from_bf16_bits(x).astype(np.float64)
-    if storage == "e4m3-bits":
-        return E4M3_VALUES[x]
-    return x.astype(np.float64)
+    return _BITS[storage][2](x) if storage in _BITS else x.astype(np.float64)
 
 
 def product_operands(a64: np.ndarray, b64: np.ndarray, variant) -> tuple[np.ndarray, np.ndarray]:
