@@ -52,10 +52,12 @@ def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
 def precision_refused(variant: Variant, precision: str) -> str | None:
     """Why cuBLASLt is no baseline for ``precision``'s inputs in ``variant``, or None: 8-bit inputs
     are taken K-major only (A stored M x K, B stored N x K: trans=nt), and without an epilogue."""
-    if PRECISIONS[precision].bytes == 1 and variant.trans != "nt":
+    if PRECISIONS[precision].bytes != 1:
+        return None
+    if variant.trans != "nt":
         return (f"cuBLASLt multiplies {precision} with A and B K-major only (trans=nt: B stored N x K), not "
                 f"trans={variant.trans}")
-    if PRECISIONS[precision].bytes == 1 and variant.has_epilogue:
+    if variant.has_epilogue:
         # seen on an H200 with CUDA 13.0's cuBLASLt, 2026-11-28: e4m3, a column bias and GELU into
         # fp32 C at 129x6144x4096 was far from the float64 reference (and the check said so)
         return (f"no cuBLASLt baseline for {precision} with an epilogue (bias={variant.bias}, act={variant.act}): "
