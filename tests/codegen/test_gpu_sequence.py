@@ -17,7 +17,6 @@ import random
 import subprocess
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 
 import numpy as np
 import pytest
@@ -30,7 +29,7 @@ from gemmgen.describe.config import DEFAULT_ARCH, make_config
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.families import FAMILIES
 from gemmgen.describe.points import NAMED_POINTS
-from gemmgen.describe.problem import Variant
+from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure import verify
 from gemmgen.measure.launcher import Launcher, LoadedKernel
@@ -128,8 +127,9 @@ class Call:
     def __init__(self, gpu, rng, precision, variant, m, n, k, a_off, b_off, c_off, alpha, beta):
         drv, esize, c_esize = gpu.drv, PRECISIONS[precision].bytes, PRECISIONS[variant.out].bytes
         self.m, self.n, self.k, self.alpha, self.beta, self.out = m, n, k, alpha, beta, variant.out
-        host_a = verify.random_matrix(rng, m, k, precision)
-        host_b = verify.random_matrix(rng, *((n, k) if variant.b_transposed else (k, n)), precision)
+        shape = Shape(m, n, k)
+        host_a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
+        host_b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
         self.host_c0 = verify.random_matrix(rng, m, n, variant.out)
         self.c_bytes = m * n * c_esize
         self.buffers = [drv.mem_alloc(m * k * esize + 16), drv.mem_alloc(k * n * esize + 16),
@@ -163,31 +163,24 @@ class Call:
 INPUTS = {"tf32": "fp32"}  # tf32 kernels read fp32 inputs; the others their precision's
 
 
-_made: list = []  # every sequence _calls_of made, for the fixture to free
-
-
-@lru_cache(maxsize=None)
-def _calls_of(gpu, inputs: str, variant) -> tuple[Call, ...]:
-    rng = np.random.default_rng(zlib.crc32(f"{inputs} {variant.text}".encode()))
-    made = tuple(Call(gpu, rng, inputs, variant, *call) for call in call_sequence(SEED))
-    _made.append(made)
-    return made
-
-
 @pytest.fixture(scope="module")
 def calls(bench):
     """calls(precision[, variant]): the sequence's calls for kernels of that precision and variant
     (made once, shared by the kernels and by test_gpu_dispatch.py)."""
+    made: dict[tuple, list[Call]] = {}
+
     def get(precision, variant=Variant()):
-        return _calls_of(bench.gpu, INPUTS.get(precision, precision), variant)
+        inputs = INPUTS.get(precision, precision)
+        if (inputs, variant) not in made:
+            rng = np.random.default_rng(zlib.crc32(f"{inputs} {variant.text}".encode()))
+            made[inputs, variant] = [Call(bench.gpu, rng, inputs, variant, *call) for call in call_sequence(SEED)]
+        return made[inputs, variant]
 
     yield get
-    for made in _made:
-        for call in made:
+    for sequence in made.values():
+        for call in sequence:
             for buffer in call.buffers:
                 buffer.free()
-    _made.clear()
-    _calls_of.cache_clear()
 
 
 # ---- the sequences ----------------------------------------------------------------------------------
