@@ -27,11 +27,14 @@ __device__ double gg_element(const void* x, int kind, long long i)
     return gg_ref_value(static_cast<const float*>(x)[i]);
 }
 
-// y[i] = x[i] (or |x[i]|) in float64, for x of any kind gg_element reads.
-__global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int absolute)
+// y[i] = x[i] (or |x[i]|) in float64, for x of any kind gg_element reads, times the fp32
+// scale[(i / step) % count] where scale is not null (FP8's scale of the row of A, or column of B,
+// that element i is in: the product of float64 copies so scaled is the scaled product, exactly).
+__global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int absolute, const float* scale,
+                          long long step, long long count)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const double v = gg_element(x, kind, i);
+        const double v = gg_element(x, kind, i) * (scale != nullptr ? (double)scale[(i / step) % count] : 1.0);
         y[i] = absolute ? fabs(v) : v;
     }
 }

@@ -35,8 +35,20 @@ def emit_args(config: KernelConfig, harness: bool = False) -> str:
 
 def computes(variant: Variant) -> str:
     """What a launcher of ``variant`` computes, as its header and comments say it."""
-    inner = "alpha * A @ B + beta * C" + (" + bias" if variant.bias != "none" else "")
+    product = {"tensor": "scale_a[0] * scale_b[0] * A @ B", "row": "scale_a[i] * scale_b[j] * (A @ B)[i][j]"}
+    inner = (f"alpha * {product.get(variant.scale, 'A @ B')} + beta * C"
+             + (" + bias" if variant.bias != "none" else ""))
     return f"{variant.act}({inner})" if variant.act != "none" else inner
+
+
+def scale_lines(variant: Variant) -> list[str]:
+    """The header's lines on FP8's scales (none for a launcher that is not scaled)."""
+    if not variant.scaled:
+        return []
+    count = "one value each" if variant.scale == "tensor" else "M values (rows of A) and N (columns of B)"
+    return [f"scales     : scale={variant.scale}: scale_a and scale_b, fp32 in device memory, {count},",
+            f"{MORE}the launcher's arguments after C{' and the bias' if variant.bias != 'none' else ''}; "
+            "read by every launch (a CUDA graph sees new values)"]
 
 
 def bias_doc(variant: Variant) -> str:
@@ -150,13 +162,13 @@ def _layout(v: Variant) -> list[str]:
 def _computes(config: KernelConfig) -> list[str]:
     v = config.variant
     if not v.has_epilogue:
-        return ["computes   : C = alpha * A @ B + beta * C (C is not read when beta == 0)"]
+        return [f"computes   : C = {computes(v)} (C is not read when beta == 0)", *scale_lines(v)]
     gelu = "; gelu: the tanh approximation" if v.act == "gelu" else ""
     first = f"computes   : C = {computes(v)} (C is not read when beta == 0), in fp32,"
     if v.bias == "none":
-        return [first, f"{MORE}rounded once to C's type{gelu}"]
+        return [first, f"{MORE}rounded once to C's type{gelu}", *scale_lines(v)]
     return [first, f"{MORE}rounded once to C's type; bias: {bias_doc(v)}",
-            f"{MORE}of C, of C's type ({config.output_type}), the argument after C{gelu}"]
+            f"{MORE}of C, of C's type ({config.output_type}), the argument after C{gelu}", *scale_lines(v)]
 
 
 def header_lines(config: KernelConfig, harness: bool = False) -> list[str]:

@@ -1,7 +1,8 @@
 """The C parameters of an emitted launcher (its ABI) and of its kernel, listed once.
 
 A launcher of one product takes M, N, K, alpha, A, B, beta, C and, where its variant adds a bias,
-the bias right after C; a strided batch (batch=strided) takes the batch count after K and a stride
+the bias right after C, then, where it is scaled (FP8), scale_a and scale_b (fp32, device memory:
+one value each, or M and N); a strided batch (batch=strided) takes the batch count after K and a stride
 (long long, in elements) after each matrix and the bias. launcher_abi lists those parameters for a
 variant, and every signature and argument list written from them comes from that one list: the
 launcher's C functions (GEMMGEN_LAUNCHER, _plan, _describe, _workspace_size, _launch_workspace,
@@ -82,7 +83,7 @@ class LauncherABI:
     ``launch``: the operands GEMMGEN_LAUNCHER, _plan, _launch_workspace and _plan_workspace take
     (after their own leading parameters, before the stream): those of ``fields`` the variant has.
     ``describe``: those _describe and _workspace_size take (before resident): no alpha, no bias,
-    C read-only.
+    no scales, C read-only.
     ``strided``: (pointer, stride) of each operand a kernel of a strided batch advances to its matrix.
     ``maps``: how many tensor maps (CUtensorMap) the kernel takes first (0: it loads without TMA).
     """
@@ -139,9 +140,10 @@ class LauncherABI:
 
 # The operands, in the order of the ABI (after a function's own leading parameters, before the stream)
 ABI_ORDER = ("M", "N", "K", "batch", "alpha", "A", "stride_a", "B", "stride_b", "beta", "C", "stride_c", "bias",
-             "stride_bias")
+             "stride_bias", "scale_a", "scale_b")
 BATCHED_ONLY = ("batch", "stride_a", "stride_b", "stride_c", "stride_bias")
 BIAS_ONLY = ("bias", "stride_bias")
+SCALED_ONLY = ("scale_a", "scale_b")
 
 
 def launcher_abi(variant: Variant, elem: str, out: str, maps: int = 0) -> LauncherABI:
@@ -155,12 +157,13 @@ def launcher_abi(variant: Variant, elem: str, out: str, maps: int = 0) -> Launch
         Param(f"const {out}*", "bias", "nullptr"),
         Param(stride, "stride_a", "0"), Param(stride, "stride_b", "0"), Param(stride, "stride_c", "0"),
         Param(stride, "stride_bias", "0"),
+        Param("const float*", "scale_a", "nullptr"), Param("const float*", "scale_b", "nullptr"),
     ))
     by_name = {f.name: f for f in fields}
     takes = [name for name in ABI_ORDER if (variant.batched or name not in BATCHED_ONLY)
-             and (variant.bias != "none" or name not in BIAS_ONLY)]
+             and (variant.bias != "none" or name not in BIAS_ONLY) and (variant.scaled or name not in SCALED_ONLY)]
     launch = Params(by_name[name] for name in takes)
     describe = Params(Param(f"const {out}*", "C") if p.name == "C" else p for p in launch
-                      if p.name not in ("alpha", *BIAS_ONLY))
+                      if p.name not in ("alpha", *BIAS_ONLY, *SCALED_ONLY))
     strided = tuple((p, f"stride_{p.lower()}") for p in ("A", "B", "C", "bias") if f"stride_{p.lower()}" in takes)
     return LauncherABI(fields, launch, describe, strided, maps)

@@ -107,10 +107,11 @@ NAMED_POINTS: dict[str, NamedPoint] = {p.name: p for p in (
                {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1},
                "gemmgen: hopper_fp16's tiles for bf16"),
     NamedPoint("hopper_e4m3", "hopper", "e4m3",
-               {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "overlap": 1},
-               "gemmgen: hopper_fp16's tiles for FP8 E4M3 (wgmma m64n256k32), A and B K-major (trans=nt), bf16 C",
-               "not a seed kernel: FP8 as torch._scaled_mm takes it (B stored N x K), the tensor cores "
-               "accumulating all of K", Variant("nt", "bf16")),
+               {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "swizzle": 8, "streamk": 1, "promote": 4},
+               "gemmgen: FP8 E4M3 (wgmma m64n128k32), sums promoted to fp32 every 512 of K, A and B K-major "
+               "(trans=nt), bf16 C",
+               "not a seed kernel: FP8 as torch._scaled_mm takes it (B stored N x K), as accurate as its default "
+               "(promotion)", Variant("nt", "bf16")),
     NamedPoint("hopper_tf32", "hopper", "tf32",
                {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 8, "cluster": 2},
                "gemmgen: TMA + wgmma m64n128k8 tf32 computing C^T = B^T A^T, B^T fragments loaded into registers",

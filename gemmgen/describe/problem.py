@@ -164,6 +164,12 @@ FIELDS: tuple[Field, ...] = (
     Field("batch", ("none", "strided"), "none",
           "strided: a batch of products in one launch, the launcher taking the batch count and a stride per matrix "
           "(docs/problems.md)", "_{}", option="--batch-mode", words=(("strided", "batched"),)),
+    # FP8's scales, fp32 values in device memory that the launcher takes after the bias: tensor
+    # (scale_a[0] and scale_b[0] multiply every product), row (scale_a[i] row i of C, scale_b[j]
+    # column j: torch._scaled_mm's row-wise scaling). Last in a name, so earlier names stand.
+    Field("scale", ("none", "tensor", "row"), "none",
+          "FP8's scales, fp32 in device memory after the bias: tensor (scale_a[0] * scale_b[0] multiplies A @ B), "
+          "row (scale_a[i] row i of A @ B, scale_b[j] column j: M and N values)", "_s{}", what="FP8's scaling"),
 )
 FIELD: dict[str, Field] = {f.key: f for f in FIELDS}
 #: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``).
@@ -173,6 +179,7 @@ OUTPUTS = FIELD["out"].choices
 BIASES = FIELD["bias"].choices
 ACTIVATIONS = FIELD["act"].choices
 BATCHES = FIELD["batch"].choices
+SCALES = FIELD["scale"].choices
 
 
 def option_of(key: str) -> str:
@@ -194,6 +201,9 @@ class Variant:
         C[i] = act(alpha * A[i] @ B[i] + beta * C[i] + bias[i]),
         X[i] = X + i * stride_x  (strides in elements; 0 for A, B or bias: one shared by all)
 
+    With ``scale`` (FP8), A @ B is scaled first, by fp32 values in device memory: ``tensor``
+    multiplies it by scale_a[0] * scale_b[0], ``row`` element (i, j) by scale_a[i] * scale_b[j].
+
     The attributes are FIELDS' keys, each defaulting to its field's default. The default (nn, fp32,
     no bias, no activation, not batched) is what every kernel computed before variants existed; a
     canonical name gains a key's part (``_<layout>``, ``_o<out>``, ``_b<bias>``, ``_<act>``,
@@ -206,6 +216,7 @@ class Variant:
     bias: str = FIELD["bias"].default
     act: str = FIELD["act"].default
     batch: str = FIELD["batch"].default
+    scale: str = FIELD["scale"].default
 
     def __post_init__(self):
         for f in FIELDS:
@@ -230,6 +241,11 @@ class Variant:
     def batched(self) -> bool:
         """A strided batch of products in one launch (the launcher takes batch and strides)."""
         return self.batch == "strided"
+
+    @property
+    def scaled(self) -> bool:
+        """FP8 scales in device memory (the launcher takes scale_a and scale_b)."""
+        return self.scale != FIELD["scale"].default
 
     @property
     def out_type(self) -> str:
@@ -257,18 +273,24 @@ class Variant:
     @property
     def text(self) -> str:
         """The values, space-separated: what an emitted launcher's ``<launcher>_variant`` returns.
-        Four words (``nt bf16 col gelu``) for one product, as launchers said before batches; five
-        for a batched launcher (``nn fp32 none none strided``), whose ABI takes batch and strides."""
-        return " ".join(value for f, value in self._pairs() if f.key != "batch" or self.batched)
+        Four words (``nt bf16 col gelu``) for one product, as launchers said before batches; then
+        ``strided`` for a batched launcher (``nn fp32 none none strided``), whose ABI takes batch and
+        strides, and the scaling where there is one (``nt bf16 none none row``), whose ABI takes
+        scale_a and scale_b."""
+        return " ".join(value for f, value in self._pairs()
+                        if (f.key != "batch" or self.batched) and (f.key != "scale" or self.scaled))
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
         """The inverse of ``text``; two words (``nn fp32``, from launchers without an epilogue
-        part) mean no bias and no activation, four or two no batch. Raises InvalidParameter."""
+        part) mean no bias and no activation, four no batch and no scaling; a fifth word is the
+        batch mode or the scaling, whichever it names. Raises InvalidParameter."""
         words = text.split()
-        if len(words) not in (2, 4, 5):
-            raise InvalidParameter(f"cannot read variant {text!r}: want 'TRANS OUT', 'TRANS OUT BIAS ACT' or "
-                                   "'TRANS OUT BIAS ACT BATCH'")
+        if len(words) not in (2, 4, 5, 6):
+            raise InvalidParameter(f"cannot read variant {text!r}: want 'TRANS OUT', 'TRANS OUT BIAS ACT', then "
+                                   "BATCH and/or SCALE")
+        if len(words) == 5 and words[4] not in BATCHES:
+            words.insert(4, FIELD["batch"].default)
         return cls(*words)
 
     def a_dims(self, shape: "Shape") -> tuple[int, int]:

@@ -160,7 +160,8 @@ def _variant(data: dict, fail) -> tuple[tuple[str, str], ...]:
     return given
 
 
-_EXAMPLES = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu", "batch": "strided"}  # one per VARIANT_KEYS
+_EXAMPLES = {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu", "batch": "strided",
+             "scale": "row"}  # one per VARIANT_KEYS
 
 
 def _named(table: dict) -> str:

@@ -89,7 +89,8 @@ class Bench:
         s = ops.shape
         if ops.references is None:
             ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,
-                                                     ops.variant.b_transposed, ops.variant.a_transposed, ops.batch)
+                                                     ops.variant.b_transposed, ops.variant.a_transposed, ops.batch,
+                                                     ops.variant.scale, ops.scales)
         worst = None
         var = ops.variant
         for alpha, beta in verify.CHECKS:
@@ -171,12 +172,12 @@ class Bench:
 
                     def run(alpha, beta):  # a batch at packed strides: the Launcher's default
                         kernel.launch(shape.m, shape.n, shape.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c),
-                                      bias=ops.bias_address, batch=batch)
+                                      bias=ops.bias_address, batch=batch, scales=ops.scales)
 
                     # the timed launch: checks, grid, workspace and tensor maps made once, here
                     plan = stack.enter_context(kernel.plan(shape.m, shape.n, shape.k, TIMED_ALPHA, int(ops.a),
                                                            int(ops.b), TIMED_BETA, int(ops.c), bias=ops.bias_address,
-                                                           batch=batch))
+                                                           batch=batch, scales=ops.scales))
                     launches = [plan.run]
                     if self.interleave:
                         result.message = self._add_cublas(launches, config.precision, ops)
@@ -232,7 +233,9 @@ class Bench:
             lt.prepare(precision, s.m, s.n, s.k, ops.variant, bias=ops.bias_address, batch=ops.batch,
                        strides=ops.strides if batched else None)  # raises CublasError now, not when timed
 
-            def run(alpha, beta):
+            def run(alpha, beta):  # scale=tensor: the two scales, known here, folded into alpha
+                if ops.variant.scale == "tensor":
+                    alpha *= float(ops.host_scales[0][0]) * float(ops.host_scales[1][0])
                 lt.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
                         bias=ops.bias_address, batch=ops.batch, strides=ops.strides if batched else None)
 

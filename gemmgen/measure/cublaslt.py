@@ -51,12 +51,16 @@ def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 def precision_refused(variant: Variant, precision: str) -> str | None:
     """Why cuBLASLt is no baseline for ``precision``'s inputs in ``variant``, or None: 8-bit inputs
-    are taken K-major only (A stored M x K, B stored N x K: trans=nt), and without an epilogue."""
+    are taken K-major only (A stored M x K, B stored N x K: trans=nt), with per-tensor scales (no
+    scale=row), and without an epilogue."""
     if PRECISIONS[precision].bytes != 1:
         return None
     if variant.trans != "nt":
         return (f"cuBLASLt multiplies {precision} with A and B K-major only (trans=nt: B stored N x K), not "
                 f"trans={variant.trans}")
+    if variant.scale == "row":
+        return ("gemmgen drives cuBLASLt's FP8 matmul with per-tensor scales only; scale=row has no cuBLASLt "
+                "baseline here (torch._scaled_mm is the row-wise one)")
     if variant.has_epilogue:
         # seen on an H200 with CUDA 13.0's cuBLASLt, 2026-11-28: e4m3, a column bias and GELU into
         # fp32 C at 129x6144x4096 was far from the float64 reference (and the check said so)

@@ -60,7 +60,7 @@ class GpuChecker:
         module = SourceModule(check_source(), no_extern_c=True)
         self._module = module
         self._to_f64 = module.get_function("gg_to_f64")
-        self._to_f64.prepare("PiPqi")
+        self._to_f64.prepare("PiPqiPqq")
         self._compare = module.get_function("gg_compare")
         self._compare.prepare("PiPPPdddqPPiqi")
         self._out = drv.mem_alloc(_OUT_WORDS * 8)
@@ -70,18 +70,29 @@ class GpuChecker:
         return (max(1, min(-(-n // THREADS), self._blocks_max)), 1, 1)
 
     def references(self, a, b, m: int, n: int, k: int, precision: str, b_transposed: bool = False,
-                   a_transposed: bool = False, batch: int = 1) -> References:
+                   a_transposed: bool = False, batch: int = 1, scale: str = "none", scales=None) -> References:
         """The float64 products of device operands a (M x K; stored K x M where ``a_transposed``)
         and b (K x N; stored N x K where ``b_transposed``), stored as ``precision``'s inputs (fp32
-        for tf32); with ``batch``, of that many packed matrices of each (References.matrix)."""
+        for tf32); with ``batch``, of that many packed matrices of each (References.matrix). With
+        FP8's ``scale`` (Variant.scale), of A and B scaled by the fp32 device vectors ``scales`` =
+        (scale_a, scale_b): row i of A by scale_a[i] and column j of B by scale_b[j] (``row``), or
+        by scale_a[0] and scale_b[0] (``tensor``)."""
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
+        if (scale != "none") != (scales is not None):
+            raise ValueError(f"scale={scale}: pass its device vectors (scale_a, scale_b) as scales, and only then")
+        row = scale == "row"
+        # (scale, step, count) per operand: element i's scale is scale[(i / step) % count]
+        a_scale = (int(scales[0]), 1 if a_transposed else k, m if row else 1) if scales else (0, 1, 1)
+        b_scale = (int(scales[1]), k if b_transposed else 1, n if row else 1) if scales else (0, 1, 1)
         a64, b64 = drv.mem_alloc(batch * m * k * 8), drv.mem_alloc(batch * k * n * 8)
         prod, absprod = drv.mem_alloc(batch * m * n * 8), drv.mem_alloc(batch * m * n * 8)
         try:
             for absolute, out in ((0, prod), (1, absprod)):
-                for src, dst, count in ((a, a64, batch * m * k), (b, b64, batch * k * n)):
+                for src, dst, count, (at, step, every) in ((a, a64, batch * m * k, a_scale),
+                                                           (b, b64, batch * k * n, b_scale)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
-                                               np.int64(count), np.int32(absolute))
+                                               np.int64(count), np.int32(absolute), np.uintp(at), np.int64(step),
+                                               np.int64(every))
                 self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed, a_transposed, batch)
             self.gpu.synchronize()
         except BaseException:

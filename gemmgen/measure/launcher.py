@@ -125,6 +125,19 @@ class Launcher:
             raise ValueError(f"{self.name} adds a bias per {self.variant.bias} of C: pass its device address as bias=")
         return (c, bias)
 
+    def _scales(self, scales) -> tuple[int | None, int | None]:
+        """(scale_a, scale_b): the device addresses of FP8's fp32 scales where the variant is scaled
+        (ValueError where they are missing or not taken)."""
+        if not self.variant.scaled:
+            if scales is not None:
+                raise ValueError(f"{self.name} takes no scales (variant {self.variant.text}); pass scales=None")
+            return None, None
+        if scales is None or len(scales) != 2 or not all(scales):
+            count = "one fp32 value each" if self.variant.scale == "tensor" else "M and N fp32 values"
+            raise ValueError(f"{self.name} reads scale={self.variant.scale} scales ({count}): pass their device "
+                             "addresses as scales=(scale_a, scale_b)")
+        return int(scales[0]), int(scales[1])
+
     def _strides(self, m: int, n: int, k: int, batch: int, strides) -> tuple[int, int, int, int]:
         """(stride_a, stride_b, stride_c, stride_bias) of a batched launch: ``strides`` where given
         (a tuple of four, or of three without the bias's), else packed_strides. Raises ValueError
@@ -141,33 +154,38 @@ class Launcher:
             raise ValueError(f"strides must be (stride_a, stride_b, stride_c[, stride_bias]); got {strides}")
         return strides if len(strides) == 4 else (*strides, packed_strides(self.variant, m, n, k)[3])
 
-    def _problem(self, m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides) -> tuple:
-        """The launcher's arguments, in its ABI's order (batched or not)."""
+    def _problem(self, m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides, scales=None) -> tuple:
+        """The launcher's arguments, in its ABI's order (batched, biased, scaled or not)."""
         sa, sb, sc, sbias = self._strides(m, n, k, batch, strides)
         self._args(c, bias)  # refuses a bias missing or not taken
+        scale_a, scale_b = self._scales(scales)
         given = {"M": m, "N": n, "K": k, "batch": batch, "alpha": alpha, "A": a, "stride_a": sa, "B": b,
-                 "stride_b": sb, "beta": beta, "C": c, "stride_c": sc, "bias": bias, "stride_bias": sbias}
+                 "stride_b": sb, "beta": beta, "C": c, "stride_c": sc, "bias": bias, "stride_bias": sbias,
+                 "scale_a": scale_a, "scale_b": scale_b}
         return (*(given[p.name] for p in self._abi.launch), stream)
 
     def launch(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-               stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> None:
+               stream: int = 0, bias: int | None = None, batch: int = 1, strides=None, scales=None) -> None:
         """Queue C = act(alpha * A @ B + beta * C + bias) on ``stream`` (0: the default stream); a,
         b, c are device addresses of A, B and C as the launcher's variant stores them (row-major
         A: M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt; C: M x N of the
         variant's ``out`` type), ``bias`` that of the bias vector (M or N values of C's type)
         where the variant adds one. A batched launcher computes ``batch`` such products, matrix i
         of each at its address + i * its stride (elements; ``strides`` = (stride_a, stride_b,
-        stride_c[, stride_bias]), default packed_strides). Raises ValueError for a bias missing or
-        not taken, or a batch given to a launcher that is not batched."""
-        self._check(self._launch(*self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+        stride_c[, stride_bias]), default packed_strides). A scaled (FP8) launcher multiplies A @ B
+        by the fp32 scales at ``scales`` = (scale_a, scale_b) (Variant's scale: one value each, or
+        M and N). Raises ValueError for a bias or scales missing or not taken, or a batch given to
+        a launcher that is not batched."""
+        self._check(self._launch(*self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides,
+                                                scales)))
 
     def plan(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-             stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> "Plan":
+             stream: int = 0, bias: int | None = None, batch: int = 1, strides=None, scales=None) -> "Plan":
         """The same launch with its host work done now (checks, grid, workspace, tensor maps), to
         be queued later by Plan.run, as often as wanted."""
         handle = _VP()
         self._check(self._plan(ctypes.byref(handle),
-                               *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+                               *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides, scales)))
         return Plan(self, handle)
 
     def describe(self, m: int, n: int, k: int, a: int = 0, b: int = 0, beta: float = 0.0, c: int = 0,
@@ -229,7 +247,7 @@ class Launcher:
 
     def launch_workspace(self, workspace: int, workspace_bytes: int, m: int, n: int, k: int, alpha: float, a: int,
                          b: int, beta: float, c: int, stream: int = 0, bias: int | None = None, batch: int = 1,
-                         strides=None) -> None:
+                         strides=None, scales=None) -> None:
         """:meth:`launch`, with the workspace at device address ``workspace`` (256-byte aligned,
         ``workspace_bytes`` >= workspace_size(); 0 where that is 0) instead of the launcher's own:
         its flags are zeroed on ``stream`` first, and nothing allocates, frees or waits, so the
@@ -237,17 +255,20 @@ class Launcher:
         else until the launch is done."""
         self._needs_workspace_functions()
         self._check(self._launch_ws(workspace, workspace_bytes,
-                                    *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+                                    *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides,
+                                                   scales)))
 
     def plan_workspace(self, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
-                       stream: int = 0, bias: int | None = None, batch: int = 1, strides=None) -> "WorkspacePlan":
+                       stream: int = 0, bias: int | None = None, batch: int = 1, strides=None,
+                       scales=None) -> "WorkspacePlan":
         """launch_workspace's launch with its host work done now; WorkspacePlan.run(workspace,
         bytes) queues it, and ``workspace_bytes`` says what each run takes. Making the plan
         touches neither the stream nor device memory."""
         self._needs_workspace_functions()
         handle, need = _VP(), _ULL()
         self._check(self._plan_ws(ctypes.byref(handle), ctypes.byref(need),
-                                  *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides)))
+                                  *self._problem(m, n, k, alpha, a, b, beta, c, stream, bias, batch, strides,
+                                                 scales)))
         return WorkspacePlan(self, handle, need.value)
 
     def choice(self, m: int, n: int, k: int) -> str | None:

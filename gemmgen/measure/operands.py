@@ -1,5 +1,5 @@
 """The device buffers one shape, precision and variant is measured on (:class:`Operands`): A, B,
-C, C0 and the bias, their random contents on the host and the device, and the float64 references
+C, C0, the bias and FP8's scales, their random contents on the host and the device, and the float64 references
 made of them once a check asks.
 """
 
@@ -16,8 +16,9 @@ from gemmgen.measure.launcher import packed_strides
 class Operands:
     """Device buffers of one shape, precision and variant (A and B as stored: Variant.a_dims, b_dims; C and C0
     of type ``variant.out``; a bias vector of that type, M or N values, where the variant adds
-    one), with the host copies of their contents and, once a check asks for them, the float64
-    references of the product on the GPU.
+    one; fp32 scale_a and scale_b, one value each or M and N, where it is scaled), with the host
+    copies of their contents and, once a check asks for them, the float64 references of the
+    product on the GPU.
 
     A batched variant's operands hold ``batch`` matrices of each (and bias vectors), packed one
     after another (``strides``: gemmgen.measure.launcher.packed_strides); the host copies stack them along
@@ -40,7 +41,11 @@ class Operands:
         self.c0 = drv.mem_alloc(batch * m * n * self.c_bytes)
         self.bias_len = self.strides[3]  # M or N values (0: no bias)
         self.bias = drv.mem_alloc(batch * self.bias_len * self.c_bytes) if self.bias_len else None
+        #: the scales' lengths: (1, 1) for scale=tensor, (M, N) for row, () unscaled
+        self.scale_lens = {"tensor": (1, 1), "row": (m, n)}.get(variant.scale, ())
+        self.scale_bufs = tuple(drv.mem_alloc(4 * count) for count in self.scale_lens)
         self.host_a = self.host_b = self.host_c0 = self.host_bias = None
+        self.host_scales: tuple[np.ndarray, ...] = ()
         self.cublas_verdict = None  # cuBLAS's check on these operands, once a kernel is timed against it
         self.references: References | None = None  # of the current contents (GpuChecker.references)
 
@@ -54,7 +59,8 @@ class Operands:
         return self.batch * self.shape.m * self.shape.n * self.c_bytes
 
     def fill(self, rng: np.random.Generator) -> None:
-        """Fresh random A, B and C0 (uniform(-1, 1), never zeros), on the host and the device."""
+        """Fresh random A, B and C0 (uniform(-1, 1), never zeros), and scales (uniform(1/4, 4)), on
+        the host and the device."""
         m, n, batch = self.shape.m, self.shape.n, self.batch
         (ra, ca), (rb, cb) = self.variant.a_dims(self.shape), self.variant.b_dims(self.shape)
         self.host_a = verify.random_matrix(rng, batch * ra, ca, self.precision)
@@ -64,6 +70,9 @@ class Operands:
         if self.bias is not None:
             self.host_bias = verify.random_matrix(rng, 1, batch * self.bias_len, self.variant.out)
             drv.memcpy_htod(self.bias, self.host_bias)
+        self.host_scales = tuple(rng.uniform(0.25, 4.0, count).astype(np.float32) for count in self.scale_lens)
+        for buf, host in zip(self.scale_bufs, self.host_scales):
+            drv.memcpy_htod(buf, host)
         drv.memcpy_htod(self.a, self.host_a)
         drv.memcpy_htod(self.b, self.host_b)
         drv.memcpy_htod(self.c0, self.host_c0)
@@ -102,8 +111,13 @@ class Operands:
         """The bias vector's device address, or None where the variant adds none."""
         return int(self.bias) if self.bias is not None else None
 
+    @property
+    def scales(self) -> tuple[int, int] | None:
+        """(scale_a, scale_b)'s device addresses, as a scaled launcher takes them; None unscaled."""
+        return tuple(int(buf) for buf in self.scale_bufs) or None
+
     def free(self) -> None:
         self._drop_references()
-        for buf in (self.a, self.b, self.c, self.c0, self.bias):
+        for buf in (self.a, self.b, self.c, self.c0, self.bias, *self.scale_bufs):
             if buf is not None:
                 buf.free()

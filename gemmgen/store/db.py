@@ -36,13 +36,16 @@ STATUSES = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 # The version of the tables below. 1: devices, kernels, problems, measurements (no version table);
 # 2: + schema_version, + claims; 3: + kernels.trans, out, bias, act (the problem variant);
 # 4: + kernels.batch (the variant's batch mode) and measurements.batch_count (the products one
-# launch computed). A database of a newer version is refused; an older one is migrated
-# (_MIGRATIONS) when opened to record, and read as it is otherwise.
-SCHEMA_VERSION = 4
-# The first version whose kernels have the variant columns (those of _VARIANT_COLUMNS).
+# launch computed); 5: + kernels.scale (the variant's FP8 scaling). A database of a newer version
+# is refused; an older one is migrated (_MIGRATIONS) when opened to record, and read as it is
+# otherwise.
+SCHEMA_VERSION = 5
+# The first version whose kernels have the variant columns (those _variant_columns names).
 VARIANT_COLUMNS_SINCE = 3
 # The first version whose measurements say their batch count (and kernels their batch mode).
 BATCH_COUNT_SINCE = 4
+# The first version whose kernels say their scaling.
+SCALE_SINCE = 5
 
 
 class ResultsDBError(GemmgenError):
@@ -116,10 +119,10 @@ class Device(Base):
 class Kernel(Base):
     """One compiled kernel: canonical name, target and the hashes of what produced its source.
 
-    ``trans``, ``out``, ``bias``, ``act`` and ``batch`` are the problem variant it computes
-    (gemmgen.problem.Variant), always the one its name says (``variant_of(name)``): columns so that
-    SQL can select a variant without parsing names. They are deferred (not loaded with the row),
-    so that a database of an older schema, read without migrating, can still be read.
+    ``trans``, ``out``, ``bias``, ``act``, ``batch`` and ``scale`` are the problem variant it
+    computes (gemmgen.problem.Variant), always the one its name says (``variant_of(name)``): columns
+    so that SQL can select a variant without parsing names. They are deferred (not loaded with the
+    row), so that a database of an older schema, read without migrating, can still be read.
     """
 
     __tablename__ = "kernels"
@@ -143,7 +146,9 @@ class Kernel(Base):
     out: Mapped[str] = mapped_column(String(8), server_default=FIELD["out"].default, deferred=True)
     bias: Mapped[str] = mapped_column(String(8), server_default=FIELD["bias"].default, deferred=True)
     act: Mapped[str] = mapped_column(String(8), server_default=FIELD["act"].default, deferred=True)
-    batch: Mapped[str] = mapped_column(String(8), server_default=FIELD["batch"].default, deferred=True)  # since schema 4
+    # batch since schema 4, scale since schema 5 (_variant_columns)
+    batch: Mapped[str] = mapped_column(String(8), server_default=FIELD["batch"].default, deferred=True)
+    scale: Mapped[str] = mapped_column(String(8), server_default=FIELD["scale"].default, deferred=True)
 
 
 class Problem(Base):
@@ -237,7 +242,8 @@ class ResultRow:
     out: str  # C's type,
     bias: str  # the bias vector it adds
     act: str  # its activation
-    batch: str  # and its batch mode ("none" or "strided")
+    batch: str  # its batch mode ("none" or "strided")
+    scale: str  # and its FP8 scaling ("none", "tensor" or "row")
     arch: str  # the kernel's target
     device: str
     M: int
@@ -290,11 +296,13 @@ def _iso_utc(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat()
 
 
+# The first version with a kernel column of each variant key (VARIANT_COLUMNS_SINCE for one not here).
+_VARIANT_COLUMN_SINCE = {"batch": BATCH_COUNT_SINCE, "scale": SCALE_SINCE}
+
+
 def _variant_columns(version: int) -> tuple[str, ...]:
-    """The variant keys a database of schema ``version`` holds as kernel columns."""
-    if version < VARIANT_COLUMNS_SINCE:
-        return ()
-    return VARIANT_KEYS if version >= BATCH_COUNT_SINCE else tuple(k for k in VARIANT_KEYS if k != "batch")
+    """The variant keys a database of schema ``version`` holds as kernel columns, in VARIANT_KEYS' order."""
+    return tuple(key for key in VARIANT_KEYS if version >= _VARIANT_COLUMN_SINCE.get(key, VARIANT_COLUMNS_SINCE))
 
 
 # The columns a ResultRow is made of, selected as columns (not as ORM objects: reading the shipped
@@ -441,11 +449,11 @@ class ResultsDB:
         """Id of the kernel (name, arch, source_hash), created if new.
 
         On creation BM, BN and BK are copied from ``params`` where present, and the variant
-        columns (trans, out, bias, act, batch) are what the name says (gemmgen.names.variant_of: a
-        canonical name's or cuBLAS's ``cublas_<precision><suffix>``); ``variant``, where given,
-        must be that one (ValueError otherwise: the name is the key, and must say what the kernel
-        computes). An existing row is returned as it is (its family, precision and params are not
-        compared or updated).
+        columns (trans, out, bias, act, batch, scale) are what the name says
+        (gemmgen.names.variant_of: a canonical name's or cuBLAS's ``cublas_<precision><suffix>``);
+        ``variant``, where given, must be that one (ValueError otherwise: the name is the key, and
+        must say what the kernel computes). An existing row is returned as it is (its family,
+        precision and params are not compared or updated).
         """
         named = variant_of(str(name))
         if variant is not None and variant != named:
@@ -581,11 +589,11 @@ class ResultsDB:
         case-insensitive substring of the device name; ``shape`` is (M, N, K); ``status`` is one
         status or several. ``variant``: a gemmgen.problem.Variant (kernels computing exactly it),
         or a mapping of some of its keys (``{"trans": "nt"}``: any C type, bias and activation);
-        on a database of a schema before the variant columns, read without migrating, the
-        kernels' names are read instead. ``batch_count``: measurements of that many products per
-        launch only (every row before schema 4 is of 1). Ties are broken by the newest measurement first. Raises
-        ResultsDBError for an unknown sort key, status or variant key or value, a malformed
-        shape or a negative limit.
+        where a database of an older schema, read without migrating, has no column of a key,
+        the kernels' names are read instead. ``batch_count``: measurements of that many products
+        per launch only (every row before schema 4 is of 1). Ties are broken by the newest
+        measurement first. Raises ResultsDBError for an unknown sort key, status or variant key or
+        value, a malformed shape or a negative limit.
         """
         if sort not in _SORT_COLUMNS:
             raise ResultsDBError(f"cannot sort by {sort!r}; sort keys: {', '.join(SORT_KEYS)}")
@@ -701,10 +709,11 @@ def _upgrade(engine: Engine) -> int:
 
 
 def _add_variant_columns(engine: Engine) -> None:
-    """Schema 3 (and 4, for batch): kernels gain trans, out, bias and act (and batch), each row's
-    filled from its name (rows of schema 2 are named as before variants existed: most read the
-    default). Adds only the columns missing (a fresh database has them from create_all; a
-    migration stopped midway left some), all in one transaction."""
+    """Schema 3 (and 4 for batch, 5 for scale): kernels gain trans, out, bias and act (and batch,
+    scale), each row's filled from its name (rows of schema 2 are named as before variants existed,
+    those of 3 before batches, of 4 before scaling: most read the default). Adds only the columns
+    missing (a fresh database has them from create_all; a migration stopped midway left some), all
+    in one transaction."""
     have = {column["name"] for column in inspect(engine).get_columns("kernels")}
     quote = engine.dialect.identifier_preparer.quote
     with engine.begin() as connection:
@@ -735,4 +744,5 @@ def _add_batch_columns(engine: Engine) -> None:
 
 # version -> what turns the version before it into it, beyond creating new tables (done first).
 # 2 adds the tables schema_version and claims: nothing more to do.
-_MIGRATIONS: dict[int, Callable[[Engine], None]] = {3: _add_variant_columns, 4: _add_batch_columns}
+_MIGRATIONS: dict[int, Callable[[Engine], None]] = {3: _add_variant_columns, 4: _add_batch_columns,
+                                                    5: _add_variant_columns}

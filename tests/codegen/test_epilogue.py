@@ -61,7 +61,7 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     flat = re.sub(r"\s+", " ", source)
     # launcher, _plan, _launch_workspace, _plan_workspace; each hands the bias to the plan's operands
     assert flat.count("float beta, __nv_bfloat16* C, const __nv_bfloat16* bias, cudaStream_t stream)") == 4
-    assert source.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, bias, 0, 0, 0, 0}") == 4
+    assert source.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, bias, 0, 0, 0, 0, nullptr, nullptr}") == 4
     assert "constexpr gg_bias GG_BIAS = GG_BIAS_COL;" in source
     assert_activation_is(source, "gelu")
     assert "constexpr bool HP_EPILOGUE = true, HP_ROW_BIAS = false, HP_COL_BIAS = true;" in source
@@ -82,7 +82,7 @@ def test_hopper_source_takes_the_bias_after_c_everywhere():
     plain = render_kernel(make_config("hopper", POINT, "bf16"))
     assert "constexpr bool HP_EPILOGUE = false;" in plain and "__restrict__ bias" not in plain
     assert re.sub(r"\s+", " ", plain).count("__nv_bfloat16* C, cudaStream_t stream)") == 4
-    assert plain.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0}") == 4  # no bias
+    assert plain.count("gg_operands{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0, nullptr, nullptr}") == 4
 
 
 MMA = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 2, "stages": 3, "frags": 2}

@@ -4,8 +4,8 @@ tests/codegen/test_harness.py's POINTS (hopper, mma and warp; every layout, 16-b
 column, ReLU, GELU and SiLU) and DISPATCHERS (two kernels of one variant, a shape each), built
 with nvcc as their headers say, report PASS for both checks at odd, thin and aligned shapes. A
 program whose kernel computes another variant than its harness checks (the activation, the bias,
-the layout of A or of B), or whose checked launch is given a wrong alpha or the wrong bias, exits
-1 with FAIL: the harness's reference follows the variant and its tolerance is tight enough."""
+the layout of A or of B), or whose checked launch is given a wrong alpha, the wrong bias or FP8's
+scales swapped, exits 1 with FAIL: the harness's reference follows the variant and its tolerance is tight enough."""
 
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -58,13 +58,17 @@ def _planted(label: str, arch):
     if label == "batch_b_stride_0":  # every product reads matrix 0 of B: matrix 1 is the first wrong one
         source = render_kernel(point_config("warp_batched_tt_brow", arch), harness=True)
         return _replaced(source, "dB_all, (long long)kn, beta", "dB_all, 0LL, beta"), (64, 48, 8)
+    if label == "row_scales_swapped":  # scale_b's M = N values read as scale_a's: rows scaled by columns' scales
+        source = render_kernel(point_config("hopper_e4m3_nt_obf16_bcol_gelu_srow", arch), harness=True)
+        return _replaced(source, "beta, dC, dBias, dScaleA, dScaleB, 0)", "beta, dC, dBias, dScaleB, dScaleA, 0)"), \
+            (64, 64, 256)
     raise KeyError(label)
 
 
 # a planted bug -> the family of its program's kernel
 PLANTED = {"gelu_judged_as_silu": "hopper", "row_bias_judged_as_col": "hopper", "a_tn_judged_as_nn": "mma",
            "b_tt_judged_as_tn": "warp", "alpha_off_by_1e-4": "warp", "bias_from_c0": "hopper",
-           "batch_2_left_unwritten": "mma", "batch_b_stride_0": "warp"}
+           "batch_2_left_unwritten": "mma", "batch_b_stride_0": "warp", "row_scales_swapped": "hopper"}
 
 
 @pytest.fixture(scope="module")

@@ -80,9 +80,15 @@ def _points() -> dict:
                                   ("fp16", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "swap": 1,
                                             "streamk": 1}),
                                   ("bf16", {**base, "BM": 32, "consumers": 2, "swap": 1, "cluster": 2}),
-                                  ("e4m3", {**base, "BN": 128, "stages": 6, "promote": 1, "streamk": 1, "trans": "nt"}),
+                                  ("e4m3", {**base, "BN": 128, "stages": 6, "promote": 4, "streamk": 1, "trans": "nt"}),
                                   ("e4m3", {**base, "BM": 64, "BN": 128, "swap": 1, "promote": 1, "cluster": 2,
-                                            "trans": "nt", "out": "fp16"})):
+                                            "trans": "nt", "out": "fp16"}),
+                                  ("e4m3", {**base, "streamk": 1, "overlap": 1, "swizzle": 8, "trans": "nt",
+                                            "out": "bf16", "scale": "row"}),
+                                  ("e4m3", {**base, "BM": 64, "BN": 128, "swap": 1, "trans": "nt", "out": "bf16",
+                                            "scale": "row"}),
+                                  ("e4m3", {**base, "BN": 128, "schedule": "pingpong", "stages": 6, "trans": "nt",
+                                            "scale": "tensor"})):
             config = make_config("hopper", params, precision, ARCH)
             points[f"stateful-{config.name}"] = config
     return points
@@ -121,8 +127,8 @@ def libraries(tmp_path_factory, build_cache):
 
 class Call:
     """One call of a sequence: device buffers (16-byte aligned, with the pointers offset as the
-    call asks), the inputs (B stored N x K where the variant says so; C of the variant's type),
-    and the float64 reference for its alpha and beta."""
+    call asks), the inputs (B stored N x K where the variant says so; C of the variant's type;
+    FP8's scales where the variant is scaled), and the float64 reference for its alpha and beta."""
 
     def __init__(self, gpu, rng, precision, variant, m, n, k, a_off, b_off, c_off, alpha, beta):
         drv, esize, c_esize = gpu.drv, PRECISIONS[precision].bytes, PRECISIONS[variant.out].bytes
@@ -143,6 +149,15 @@ class Call:
         drv.memcpy_htod(self.c0, self.host_c0)
         a64, b64 = verify.product_operands(verify.as_float64(host_a, precision), verify.as_float64(host_b, precision),
                                            variant)
+        self.scales = None  # (scale_a, scale_b)'s device addresses, where the variant is scaled
+        if variant.scaled:
+            counts = (m, n) if variant.scale == "row" else (1, 1)
+            host_scales = [rng.uniform(0.25, 4.0, count).astype(np.float32) for count in counts]
+            self.buffers += [drv.mem_alloc(4 * count) for count in counts]
+            for buffer, host in zip(self.buffers[-2:], host_scales):
+                drv.memcpy_htod(buffer, host)
+            self.scales = (int(self.buffers[-2]), int(self.buffers[-1]))
+            a64, b64 = a64 * host_scales[0].reshape(-1, 1), b64 * host_scales[1].reshape(1, -1)  # exact in float64
         c0 = verify.as_float64(self.host_c0, variant.out)
         self.ref, self.scale = verify.host_reference(a64, b64, c0, alpha, beta)
 
@@ -191,7 +206,7 @@ def test_sequence_through_the_emitted_library(bench, libraries, calls, label):
     launcher = Launcher(libraries[label][0])
     for i, call in enumerate(calls(config.precision, config.variant)):
         call.reset_c(drv)
-        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
+        launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c, scales=call.scales)
         bench.gpu.synchronize()
         call.check(drv, config.precision, f"{config.name}, call {i} of the sequence")
 
@@ -207,11 +222,11 @@ def test_sequence_through_the_runtime(bench, libraries, calls, label):
             call.reset_c(drv)
             args = (call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c)
             if i % 2:
-                with kernel.plan(*args) as plan:
+                with kernel.plan(*args, scales=call.scales) as plan:
                     plan.run()
                     bench.gpu.synchronize()
             else:
-                kernel.launch(*args)
+                kernel.launch(*args, scales=call.scales)
                 bench.gpu.synchronize()
             call.check(drv, config.precision, f"{config.name}, call {i} of the sequence")
     finally:
@@ -241,7 +256,7 @@ def on_two_streams(bench, launcher, sequence, precision, what):
     bench.gpu.synchronize()
     for i, call in enumerate(sequence):
         launcher.launch(call.m, call.n, call.k, call.alpha, call.a, call.b, call.beta, call.c,
-                        stream=streams[i % 2].handle)
+                        stream=streams[i % 2].handle, scales=call.scales)
     bench.gpu.synchronize()
     for i, call in enumerate(sequence):
         call.check(drv, precision, f"{what}, call {i} on stream {i % 2}")

@@ -37,6 +37,10 @@ POINTS = {
     "warp_tt": ("warp", "fp32", {"trans": "tt"}),
     "warp_nt": ("warp", "fp32", {"trans": "nt"}),
     "warp_tn_bcol_silu": ("warp", "fp32", {"trans": "tn", "bias": "col", "act": "silu"}),
+    # FP8 with its scales (random fp32 values the harness makes): row-wise, and one per tensor
+    "hopper_e4m3_nt_obf16_bcol_gelu_srow": ("hopper", "e4m3", {"trans": "nt", "out": "bf16", "bias": "col",
+                                                               "act": "gelu", "scale": "row"}),
+    "hopper_e4m3_nt_stensor": ("hopper", "e4m3", {"trans": "nt", "scale": "tensor"}),
     # a strided batch (./gemm M N K runs [batch], 3 by default): every matrix checked
     "mma_batched_nt_obf16_bcol_gelu_k2": ("mma", "bf16", {"trans": "nt", "out": "bf16", "bias": "col", "act": "gelu",
                                                           "split_k": 2, "batch": "strided"}),
@@ -137,8 +141,8 @@ def test_the_tolerance_is_tolerance_py_at_every_k(precision, out, act):
 
 def test_the_checks_are_verify_checks_first_into_a_poisoned_c():
     harness = harness_of(render_kernel(point_config("hopper_nt_obf16_bcol_gelu"), harness=True))
-    calls = re.findall(r"ok = gg_check\(M, N, K, (\S+)f, (\S+)f, dA, dB, dC, dC0, dBias, dRef, dScale\) && ok;",
-                       harness)
+    calls = re.findall(r"ok = gg_check\(M, N, K, (\S+)f, (\S+)f, dA, dB, dC, dC0, dBias, dScaleA, dScaleB, dRef,\s+"
+                       r"dScale\) && ok;", harness)
     assert [(float(a), float(b)) for a, b in calls] == [tuple(map(float, c)) for c in verify.CHECKS]
     assert verify.CHECKS[0][1] == 0.0 and "cudaMemset(dC, 0xFF" in harness
 

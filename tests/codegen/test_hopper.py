@@ -172,11 +172,13 @@ def test_other_targets_are_refused_with_the_reason(arch, expected):
     ({"trans": "tt", "out": "bf16"}, "e4m3", "not trans=tt"),
     ({"BM": 64, "swap": 1, "trans": "tn"}, "e4m3", "not trans=tn"),
     # promotion: FP8 only, beside the accumulators, without overlap's stores in the k loop
-    ({"promote": 1}, "fp16", "promote=1 adds each k tile's sums in fp32 for FP8, whose tensor cores accumulate in "
+    ({"promote": 1}, "fp16", "promote=1 adds k tiles' sums in fp32 for FP8, whose tensor cores accumulate in "
                              "about 14 bits; fp16's accumulate in fp32 already: use promote=0"),
-    ({"promote": 1, "trans": "nt"}, "e4m3", "holds a k tile's sums beside the accumulators: 2*128 = 256 registers"),
-    ({"BN": 128, "promote": 1, "overlap": 1, "trans": "nt"}, "e4m3", "promote=1 waits for each k tile's wgmmas, "
-                                                                      "where overlap=1 stores a box: use overlap=0"),
+    ({"promote": 4, "trans": "nt"}, "e4m3", "promote=4 holds an interval's sums beside the accumulators: 2*128 = 256 "
+                                            "registers"),
+    ({"BN": 128, "promote": 2, "overlap": 1, "trans": "nt"}, "e4m3", "promote=2 waits for an interval's wgmmas, "
+                                                                      "where overlap=1 stores a box per k tile: use "
+                                                                      "overlap=0"),
 ])
 def test_constraints_name_the_values(params, precision, expected):
     with pytest.raises(InvalidPoint) as err:
@@ -200,16 +202,18 @@ def test_source_uses_the_precisions_wgmma_tma_and_register_handoff(precision, in
     assert "-gencode=arch=compute_90a,code=sm_90a" in source
 
 
-def test_promote_sums_each_k_tile_apart_and_adds_it_in_fp32():
-    """promote=1: each k tile's wgmmas start from zero in `part` (accumulate flag ks > 0), and part
-    is added to the accumulators once they are done; promote=0 leaves only the plain k loop."""
+def test_promote_sums_each_interval_apart_and_adds_it_in_fp32():
+    """promote=P: an interval's wgmmas start from zero in `part` (accumulate flag off on its first k
+    tile's first k step), and part is added to the accumulators once they are done; promote=0
+    leaves only the plain k loop. The name carries the interval."""
     params = {**DEFAULT, "BN": 128, "stages": 6, "trans": "nt", "out": "bf16"}
-    promoted = render_kernel(make_config("hopper", {**params, "promote": 1}, "e4m3", "sm_90"))
+    promoted = render_kernel(make_config("hopper", {**params, "promote": 4}, "e4m3", "sm_90"))
     plain = render_kernel(make_config("hopper", params, "e4m3", "sm_90"))
-    assert "hp_wgmma(part[mi]" in promoted and "acc[mi][i] + part[mi][i]" in promoted
+    assert "for (; kt + HP_PROMOTE <= k_end; kt += HP_PROMOTE)" in promoted and "issue_part(j == 0);" in promoted
+    assert "hp_wgmma(part[mi]" in promoted and "acc[mi][i] += part[mi][i];" in promoted
     assert "part[" not in plain
-    assert make_config("hopper", {**params, "promote": 1}, "e4m3", "sm_90").name == \
-        "hopper_128x128_c2_s6_pr_e4m3_nt_obf16"
+    assert make_config("hopper", {**params, "promote": 4}, "e4m3", "sm_90").name == \
+        "hopper_128x128_c2_s6_pr4_e4m3_nt_obf16"
 
 
 @pytest.mark.parametrize("swap, instruction", [(0, "m64n256k32.f32.e4m3.e4m3"), (1, "m64n64k32.f32.e4m3.e4m3")])
@@ -371,7 +375,7 @@ def test_e4m3_sass_has_qgmma_tma_loads_and_stores():
     assert result.ok, result.log
     sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
     kernel = sass[sass.index(f".text.{config.name}:"):]
-    assert "QGMMA.64x256x32.F32.E4M3.E4M3" in kernel and "UTMALDG.2D" in kernel and "UTMASTG.2D" in kernel
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in kernel and "UTMALDG.2D" in kernel and "UTMASTG.2D" in kernel
     assert "LDL" not in kernel and "STL" not in kernel
 
 

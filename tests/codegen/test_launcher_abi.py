@@ -12,6 +12,7 @@ from gemmgen.describe.problem import Variant
 
 PLAIN, BIAS = Variant(), Variant(bias="row")
 BATCHED, BATCHED_BIAS = Variant(batch="strided"), Variant(bias="col", batch="strided")
+ROW_SCALED = Variant("nt", "bf16", bias="col", scale="row")
 
 
 @pytest.mark.parametrize("variant, launch", [
@@ -21,6 +22,8 @@ BATCHED, BATCHED_BIAS = Variant(batch="strided"), Variant(bias="col", batch="str
               "long long stride_b, float beta, O* C, long long stride_c"),
     (BATCHED_BIAS, "int M, int N, int K, int batch, float alpha, const E* A, long long stride_a, const E* B, "
                    "long long stride_b, float beta, O* C, long long stride_c, const O* bias, long long stride_bias"),
+    (ROW_SCALED, "int M, int N, int K, float alpha, const E* A, const E* B, float beta, O* C, const O* bias, "
+                 "const float* scale_a, const float* scale_b"),
 ])
 def test_the_launcher_takes_the_bias_after_c_and_a_batch_after_k_and_a_stride_after_each_operand(variant, launch):
     assert launcher_abi(variant, "E", "O").launch.decl() == launch
@@ -30,19 +33,25 @@ def test_describe_takes_neither_alpha_nor_the_bias_and_reads_c():
     assert launcher_abi(BATCHED_BIAS, "E", "O").describe.decl() == (
         "int M, int N, int K, int batch, const E* A, long long stride_a, const E* B, long long stride_b, float beta, "
         "const O* C, long long stride_c")
+    assert launcher_abi(ROW_SCALED, "E", "O").describe.decl() == (
+        "int M, int N, int K, const E* A, const E* B, float beta, const O* C")
 
 
 def test_operands_hold_one_product_and_no_bias_where_the_launcher_takes_neither():
     abi = launcher_abi(PLAIN, "E", "O")
     assert [f.name for f in abi.fields] == ["M", "N", "K", "batch", "alpha", "beta", "A", "B", "C", "bias",
-                                            "stride_a", "stride_b", "stride_c", "stride_bias"]
+                                            "stride_a", "stride_b", "stride_c", "stride_bias", "scale_a", "scale_b"]
     assert abi.members() == ["int M, N, K, batch;", "float alpha, beta;", "const E* A;", "const E* B;", "O* C;",
-                             "const O* bias;", "long long stride_a, stride_b, stride_c, stride_bias;"]
-    assert abi.fill(abi.launch) == "{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0}"
-    assert abi.fill(abi.describe) == "{M, N, K, 1, 0.0f, beta, A, B, const_cast<O*>(C), nullptr, 0, 0, 0, 0}"
+                             "const O* bias;", "long long stride_a, stride_b, stride_c, stride_bias;",
+                             "const float* scale_a;", "const float* scale_b;"]
+    assert abi.fill(abi.launch) == "{M, N, K, 1, alpha, beta, A, B, C, nullptr, 0, 0, 0, 0, nullptr, nullptr}"
+    assert abi.fill(abi.describe) == ("{M, N, K, 1, 0.0f, beta, A, B, const_cast<O*>(C), nullptr, 0, 0, 0, 0, "
+                                      "nullptr, nullptr}")
     full = launcher_abi(BATCHED_BIAS, "E", "O")
     assert full.fill(full.launch) == ("{M, N, K, batch, alpha, beta, A, B, C, bias, stride_a, stride_b, stride_c, "
-                                      "stride_bias}")
+                                      "stride_bias, nullptr, nullptr}")
+    scaled = launcher_abi(ROW_SCALED, "E", "O")
+    assert scaled.fill(scaled.launch) == ("{M, N, K, 1, alpha, beta, A, B, C, bias, 0, 0, 0, 0, scale_a, scale_b}")
 
 
 def test_the_kernel_takes_its_maps_first_restricted_operands_and_the_workspace_last():

@@ -39,10 +39,14 @@ def test_bad_shapes_are_refused(text):
     (Variant("tt", act="relu"), "_tt_relu", "tt fp32 none relu"),
     (Variant(batch="strided"), "_batched", "nn fp32 none none strided"),
     (Variant("tt", "fp16", "row", "silu", "strided"), "_tt_ofp16_brow_silu_batched", "tt fp16 row silu strided"),
+    (Variant("nt", "bf16", scale="row"), "_nt_obf16_srow", "nt bf16 none none row"),
+    (Variant("nt", "bf16", "col", scale="tensor"), "_nt_obf16_bcol_stensor", "nt bf16 col none tensor"),
+    (Variant(batch="strided", scale="tensor"), "_batched_stensor", "nn fp32 none none strided tensor"),
 ])
 def test_a_variants_name_part_and_launcher_text_read_back(variant, suffix, text):
-    """A name gains a part only away from the default; a launcher says its variant in four words
-    (five where batched). Both read back: a kernel's name and cuBLAS's (the canonical names of
+    """A name gains a part only away from the default; a launcher says its variant in four words,
+    then its batch mode where batched and its scaling where scaled. Both read back: a kernel's
+    name and cuBLAS's (the canonical names of
     whole points: tests/describe/test_config.py)."""
     assert (variant.suffix, variant.text) == (suffix, text)
     assert Variant.parse(text) == variant
@@ -59,13 +63,15 @@ def test_the_variant_keys_come_out_of_a_points_parameters():
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: Variant.parse("nn fp32 none"), "want 'TRANS OUT', 'TRANS OUT BIAS ACT' or 'TRANS OUT BIAS ACT BATCH'"),
+    (lambda: Variant.parse("nn fp32 none"), "want 'TRANS OUT', 'TRANS OUT BIAS ACT', then BATCH and/or SCALE"),
     (lambda: Variant(trans="xy"), "trans='xy' is not allowed; trans must be one of: nn, nt, tn, tt"),
     (lambda: Variant(out="fp8"), "out='fp8' is not allowed; out (the type of C) must be one of: fp32, fp16, bf16"),
     (lambda: Variant(bias="both"), "bias='both' is not allowed; bias must be one of: none, row, col"),
     (lambda: Variant(act="tanh"), "act='tanh' is not allowed; act (the activation) must be one of: none, relu, gelu, silu"),
     (lambda: Variant(batch="loop"), "batch='loop' is not allowed; batch must be one of: none, strided"),
-], ids=["text", "trans", "out", "bias", "act", "batch"])
+    (lambda: Variant.parse("nt bf16 none none strided col"), "scale='col' is not allowed; scale (FP8's scaling) must "
+                                                              "be one of: none, tensor, row"),
+], ids=["text", "trans", "out", "bias", "act", "batch", "scale"])
 def test_a_variant_refuses_what_it_does_not_know_in_one_line(make, message):
     with pytest.raises(InvalidParameter) as err:
         make()
@@ -96,7 +102,7 @@ def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
     import argparse
 
     from gemmgen.cli.args import add_variant_arguments
-    from gemmgen.describe.problem import FIELDS
+    from gemmgen.describe.problem import FIELD, FIELDS
     from gemmgen.store.db import Kernel
 
     parser = argparse.ArgumentParser()
@@ -106,4 +112,4 @@ def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
         assert actions[f.key].choices == f.choices and actions[f.key].option_strings == [f.flag]
         assert actions[f.key].help == f"{f.help} (default {f.default})"
         assert Kernel.__table__.c[f.key].server_default.arg == f.default
-    assert FIELDS[-1].flag == "--batch-mode"  # --batch is the batch count
+    assert FIELD["batch"].flag == "--batch-mode"  # --batch is the batch count

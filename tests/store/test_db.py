@@ -402,7 +402,7 @@ def test_reading_leaves_the_file_in_its_journal_mode_and_writes_nothing(tmp_path
     with sqlite3.connect(path) as c:
         assert c.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
     with ResultsDB(f"sqlite:///{path}", create=False) as db:
-        assert db.results() == [] and db.version == 4
+        assert db.results() == [] and db.version == 5
     with sqlite3.connect(path) as c:
         assert c.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db", "r.db.lock"]  # the lock file of the first open
@@ -461,7 +461,7 @@ def test_a_database_of_the_first_schema_is_migrated_when_opened_to_record(tmp_pa
     with ResultsDB(url) as db:
         assert db.device(**H100) == device  # the old rows are there
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 4
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 5
         assert c.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
         assert c.execute("SELECT trans, out, bias, act FROM kernels").fetchall() == []  # (no kernel rows)
 
@@ -472,7 +472,7 @@ def test_a_database_of_a_newer_schema_is_refused_naming_both_versions(tmp_path):
     with sqlite3.connect(path) as c:
         c.execute("UPDATE schema_version SET version = 7")
     for create in (True, False):
-        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 4: "
+        with pytest.raises(GemmgenError, match=r"has schema version 7; this gemmgen \(.*\) reads versions up to 5: "
                                                r"upgrade gemmgen"):
             ResultsDB(f"sqlite:///{path}", create=create)
 

@@ -1,6 +1,7 @@
 """Schema 3 of the results database: kernels gain the problem variant's columns (trans, out, bias,
 act), filled from each row's name when an older database is opened to record; schema 4: kernels
-gain batch, measurements batch_count (1 for every earlier row). On a copy of the
+gain batch, measurements batch_count (1 for every earlier row); schema 5: kernels gain scale (from
+the names too: none for every earlier row). On a copy of the
 shipped results/h100.db (a real schema-2 file, never the file itself), on SQLite files and on a
 PostgreSQL server of the test session's own (conftest's `postgres`), with several processes
 opening one old database at once. Read without migrating, an older database is read as it is,
@@ -64,9 +65,14 @@ def back_to_schema_2(url: str) -> None:
 
 
 def back_to_schema_3(url: str) -> None:
-    """What the tables of schema 3 were: kernels without batch, measurements without batch_count."""
-    _execute(url, 'ALTER TABLE kernels DROP COLUMN "batch"', "ALTER TABLE measurements DROP COLUMN batch_count",
-             "UPDATE schema_version SET version = 3")
+    """What the tables of schema 3 were: kernels without batch and scale, measurements without batch_count."""
+    _execute(url, 'ALTER TABLE kernels DROP COLUMN "batch"', 'ALTER TABLE kernels DROP COLUMN "scale"',
+             "ALTER TABLE measurements DROP COLUMN batch_count", "UPDATE schema_version SET version = 3")
+
+
+def back_to_schema_4(url: str) -> None:
+    """What the tables of schema 4 were: kernels without scale."""
+    _execute(url, 'ALTER TABLE kernels DROP COLUMN "scale"', "UPDATE schema_version SET version = 4")
 
 
 def _store(db: ResultsDB) -> None:
@@ -86,7 +92,7 @@ def url(request, tmp_path):
 def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_opened_to_record(url):
     with ResultsDB(url) as db:
         _store(db)
-        assert db.version == SCHEMA_VERSION == 4
+        assert db.version == SCHEMA_VERSION == 5
     back_to_schema_2(url)
     assert not set(VARIANT_KEYS) & _columns(url)
     with ResultsDB(url, create=False) as old:  # read: nothing changes, the variant comes from the names
@@ -142,7 +148,7 @@ def test_kernel_records_the_variant_its_name_says(tmp_path):
 
 
 @pytest.mark.parametrize("variant, message", [
-    ({"transpose": "nt"}, "unknown variant key 'transpose'; keys: trans, out, bias, act"),
+    ({"transpose": "nt"}, "unknown variant key 'transpose'; keys: trans, out, bias, act, batch, scale$"),
     ({"act": "tanh"}, "act='tanh' is not allowed"),
     ("nt", "variant must be a gemmgen.problem.Variant or a mapping"),
 ])
@@ -247,7 +253,7 @@ def test_a_schema_3_database_reads_without_batch_and_migrates_to_batch_count_1(u
     with ResultsDB(url, create=False) as old:
         assert old.version == 3
         rows = old.results()
-        assert len(rows) == len(KERNELS) and {(r.batch, r.batch_count) for r in rows} == {("none", 1)}
+        assert len(rows) == len(KERNELS) and {(r.batch, r.scale, r.batch_count) for r in rows} == {("none", "none", 1)}
         assert {r.kernel for r in old.results(variant=NT_BF16_COL_GELU)} == {n for n, _, _ in KERNELS[4:]}
         assert old.results(variant={"batch": "strided"}) == []
     with ResultsDB(url) as db:
@@ -262,4 +268,85 @@ def test_a_schema_3_database_reads_without_batch_and_migrates_to_batch_count_1(u
         assert db.find(kernel_name=name, arch="sm_90", source_hash="", device_id=device, problem_id=problem,
                        batch_count=8) is not None
         assert db.find(kernel_name=name, arch="sm_90", source_hash="", device_id=device, problem_id=problem) is None
-    assert {"batch"} <= _columns(url)
+    assert {"batch", "scale"} <= _columns(url)
+
+
+def test_a_schema_4_database_reads_without_scale_and_migrates_to_scale_none(url):
+    """Schema 5 adds kernels.scale: a schema-4 database is read as it is, unchanged (scale from the
+    names: none for every kernel of schema 4), and opened to record gains the column, each row's
+    from its name, every old row keeping its variant and its batch count."""
+    batched = "mma_128x128x32_w2x2_s3_f2_fp16_batched"
+    with ResultsDB(url) as db:
+        _store(db)
+        kernel = db.kernel(name=batched, family="mma", precision="fp16", arch="sm_90", params={})
+        db.record(kernel_id=kernel, device_id=db.device(**H100), problem_id=db.problem(17, 33, 9, 1.0, 0.0),
+                  status="ok", tflops=1.0, batch_count=8)
+        before = {r.measurement_id: (r.kernel, r.variant, r.batch_count) for r in db.results()}
+    back_to_schema_4(url)
+    assert "scale" not in _columns(url)
+    with ResultsDB(url, create=False) as old:  # a SQLite file: opened read-only
+        assert old.version == 4
+        rows = old.results()
+        assert {r.measurement_id: (r.kernel, r.variant, r.batch_count) for r in rows} == before
+        assert {r.scale for r in rows} == {"none"}
+        assert [(r.kernel, r.batch_count) for r in old.results(variant={"batch": "strided"})] == [(batched, 8)]
+        assert old.results(variant={"scale": "row"}) == []
+        assert {r.kernel for r in old.results(variant=NT_BF16_COL_GELU)} == {n for n, _, _ in KERNELS[4:]}
+    assert "scale" not in _columns(url)
+    with ResultsDB(url) as db:
+        assert db.version == SCHEMA_VERSION
+        assert {r.measurement_id: (r.kernel, r.variant, r.batch_count) for r in db.results()} == before
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT DISTINCT scale FROM kernels")).all() == [("none",)]
+        assert connection.execute(text("SELECT batch FROM kernels WHERE name = :n"), {"n": batched}).all() == [
+            ("strided",)]
+        assert connection.execute(text("SELECT version FROM schema_version")).scalar() == SCHEMA_VERSION
+    engine.dispose()
+
+
+def test_a_scaled_kernel_recorded_into_a_schema_4_database_opened_to_read_gets_its_scale_when_it_migrates(url):
+    """As for schema 2 above: the kernel goes in without scale, which its name says; the migration
+    fills the column in from the name."""
+    with ResultsDB(url) as db:
+        _store(db)
+    back_to_schema_4(url)
+    name, variant = "hopper_128x256_c2_s4_g8_bf16_nt_obf16_srow", Variant("nt", "bf16", scale="row")
+    with ResultsDB(url, create=False) as old:
+        kernel = old.kernel(name=name, family="hopper", precision="bf16", arch="sm_90", params={}, variant=variant)
+        old.record(kernel_id=kernel, device_id=old.device(**H100), problem_id=old.problem(1, 2, 3, 1.0, 0.0),
+                   status="ok", tflops=1.0)
+        assert [(r.kernel, r.variant) for r in old.results(variant={"scale": "row"})] == [(name, variant)]
+    with ResultsDB(url) as db:
+        assert [(r.kernel, r.variant) for r in db.results(variant={"scale": "row"})] == [(name, variant)]
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT scale FROM kernels WHERE name = :n"), {"n": name}).all() == [("row",)]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_a_scaled_kernel_round_trips(url, scale):
+    """A kernel of a scaled variant is stored with its scale, and read back (and selected) with it."""
+    variant = Variant("nt", "bf16", scale=scale)
+    name = f"hopper_128x256_c2_s4_g8_bf16{variant.suffix}"
+    with ResultsDB(url) as db:
+        _store(db)
+        kernel = db.kernel(name=name, family="hopper", precision="bf16", arch="sm_90", params={}, variant=variant)
+        assert kernel == db.kernel(name=name, family="hopper", precision="bf16", arch="sm_90", params={})
+        device, problem = db.device(**H100), db.problem(SHAPE.m, SHAPE.n, SHAPE.k, 1.0, 0.0)
+        recorded = db.record(kernel_id=kernel, device_id=device, problem_id=problem, status="ok", tflops=2.0)
+        with pytest.raises(ValueError, match="is named for the variant"):
+            db.kernel(name=name, family="hopper", precision="bf16", arch="sm_90", params={},
+                      variant=Variant("nt", "bf16"))
+    with ResultsDB(url, create=False) as db:
+        found = db.find(kernel_name=name, arch="sm_90", source_hash="", device_id=device, problem_id=problem)
+        assert (found.measurement_id, found.scale, found.variant) == (recorded, scale, variant)
+        assert [r.kernel for r in db.results(variant=variant)] == [name]
+        assert [r.kernel for r in db.results(variant={"scale": scale})] == [name]
+        assert name not in {r.kernel for r in db.results(variant=Variant("nt", "bf16"))}
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT trans, out, scale FROM kernels WHERE name = :n"), {"n": name}).all() \
+            == [("nt", "bf16", scale)]
+    engine.dispose()

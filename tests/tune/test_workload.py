@@ -87,7 +87,7 @@ def test_weighted_mean_is_the_weighted_geometric_mean_over_the_shapes_that_have_
 @pytest.mark.parametrize("text, message", [
     ('precisions = ["fp16"]\n[[shape]\n', "not valid TOML: "),
     ('precisons = ["fp16"]\n', "unknown key 'precisons'; allowed: name, description, precisions, trans, out, "
-                               "bias, act, batch, shape (shapes go in [[shape]] tables)"),
+                               "bias, act, batch, scale, shape (shapes go in [[shape]] tables)"),
     ('[[shape]]\nm = 1\nn = 1\nk = 1\n', 'precisions is missing; list the ones to tune, e.g. precisions = '
                                          '["fp16", "bf16"] (allowed: fp32, tf32, fp16, bf16, e4m3)'),
     ('precisions = "fp16"\n', "precisions must be a non-empty list of names, e.g. [\"fp16\", \"bf16\"]; "

@@ -225,14 +225,22 @@ def check(p, precision, d, variant):
             v.append(f"overlap=1 holds half of one m64 block of accumulators per consumer: BM/consumers = "
                      f"{d['ROWS']} must be 64")
         divides(v, "overlap=1 is tested only with tile halves of whole 64-column chunks", "BN", p["BN"], "128", 128)
-    if p["promote"]:
+    if variant.scaled:
         if d["ESIZE"] != 1:
-            v.append(f"promote=1 adds each k tile's sums in fp32 for FP8, whose tensor cores accumulate in about 14 "
-                     f"bits; {precision}'s accumulate in fp32 already: use promote=0")
+            v.append(f"scale={variant.scale} multiplies FP8's products by fp32 scales in device memory; {precision} "
+                     "scales through alpha: use scale=none")
+        if variant.batched:
+            v.append(f"scale={variant.scale} takes one product per launch so far (the scales have no batch strides): "
+                     "use batch=none")
+    if p["promote"]:
+        pr = f"promote={p['promote']}"
+        if d["ESIZE"] != 1:
+            v.append(f"{pr} adds k tiles' sums in fp32 for FP8, whose tensor cores accumulate in about 14 bits; "
+                     f"{precision}'s accumulate in fp32 already: use promote=0")
         if p["overlap"]:
-            v.append("promote=1 waits for each k tile's wgmmas, where overlap=1 stores a box: use overlap=0")
+            v.append(f"{pr} waits for an interval's wgmmas, where overlap=1 stores a box per k tile: use overlap=0")
         if 2 * d["ACC"] > MAX_ACC_REGS:
-            v.append(f"promote=1 holds a k tile's sums beside the accumulators: 2*{d['ACC']} = {2 * d['ACC']} "
+            v.append(f"{pr} holds an interval's sums beside the accumulators: 2*{d['ACC']} = {2 * d['ACC']} "
                      f"registers per consumer thread; at most {MAX_ACC_REGS} fit (e.g. BN=128 with two consumers)")
     if d["ACC"] > MAX_ACC_REGS:
         n = "BM" if d["SWAP_AB"] else "BN"
@@ -271,9 +279,10 @@ FAMILY = Family(
         Param("overlap", (0, 1), "1: each consumer stores the left half of a tile's C at once and holds the "
                                  "right half in registers, stored while its next tile multiplies; 0: the "
                                  "tensor cores wait for the whole store"),
-        Param("promote", (0, 1), "FP8 (e4m3): 1 sums each k tile (128 of K) in the tensor cores from zero and adds "
-                                 "it to the accumulators in fp32 (the promotion interval), 0 lets the tensor cores "
-                                 "accumulate all of K in their own precision (fast accumulation); 16-bit types: 0"),
+        Param("promote", (0, 1, 2, 4), "FP8 (e4m3): the promotion interval in k tiles of 128: the tensor cores sum "
+                                       "that many k tiles from zero, then the sum is added to the accumulators in "
+                                       "fp32; 0 lets the tensor cores accumulate all of K in their own precision "
+                                       "(fast accumulation); 16-bit types: 0"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
               "streamk": 0, "overlap": 0, "swap": 0, "promote": 0},
@@ -286,5 +295,5 @@ FAMILY = Family(
     computes=EVERY_VARIANT,
     arch_specific=True,
     name_options=(("swizzle", "_g{swizzle}", 1), ("cluster", "_x{cluster}", 1), ("schedule", "_{schedule}", "coop"),
-                  ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0), ("promote", "_pr", 0)),
+                  ("streamk", "_sk", 0), ("overlap", "_ov", 0), ("swap", "_sw", 0), ("promote", "_pr{promote}", 0)),
 )

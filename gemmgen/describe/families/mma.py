@@ -119,6 +119,6 @@ FAMILY = Family(
     check=check,
     min_cc=80,
     min_cc_why="cp.async, ldmatrix, mma.sync with bf16/tf32",
-    computes=EVERY_VARIANT,
+    computes=EVERY_VARIANT.but(scale=("none",)),
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
 )

@@ -90,5 +90,5 @@ FAMILY = Family(
     name_options=(("split_k", "_k{split_k}", 1), ("swizzle", "_g{swizzle}", 1)),
     derive=derive,
     check=check,
-    computes=EVERY_VARIANT.but(out=("fp32",)),
+    computes=EVERY_VARIANT.but(out=("fp32",), scale=("none",)),
 )

@@ -11,7 +11,7 @@ import math
 import shlex
 
 from gemmgen import __version__
-from gemmgen.codegen.header import MORE, batch_lines, bias_doc, comment, computes
+from gemmgen.codegen.header import MORE, batch_lines, bias_doc, comment, computes, scale_lines
 from gemmgen.codegen.launcher_abi import launcher_abi
 from gemmgen.codegen.render import environment, harness_checks, render_kernel
 from gemmgen.describe.arch import Arch
@@ -73,6 +73,7 @@ def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
         f"({PRECISIONS[v.out].c_type}), row-major{stored}",
         f"{MORE}(variant {v.text}{bias}); target {build.name}",
         *batch_lines(v),
+        *scale_lines(v),
         "choice     : by token count M, per layer (N x K): the tables below, made by the selection model",
         f"{MORE}(gemmgen/selection/dispatch/model.py) fitted on {plan.samples} measurements on "
         f"{', '.join(plan.devices) or 'no device'} ({plan.sm_count} SMs):",
