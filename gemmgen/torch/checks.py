@@ -15,6 +15,7 @@ follows from that signature; the rules of the kernel itself (which M, N, K it ta
 launcher, which refuses a shape with its own message (gemmgen.measure.launcher.ShapeRefused).
 """
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -69,16 +70,12 @@ class Operand:
 
 def dtype_for(precision: str) -> str:
     """The torch dtype name of A and B for a launcher of ``precision`` ("fp32", "tf32", "fp16",
-    "bf16"): "torch.float32", "torch.float16" or "torch.bfloat16". Raises GemmgenError for a
-    precision gemmgen.torch does not know (a library newer than this gemmgen), and for FP8, which
-    it does not take yet."""
+    "bf16", "e4m3"): "torch.float32", "torch.float16", "torch.bfloat16" or
+    "torch.float8_e4m3fn". Raises GemmgenError for a precision gemmgen.torch does not know (a
+    library newer than this gemmgen)."""
     if precision not in PRECISIONS:
         raise GemmgenError(f"gemmgen.torch does not know precision {precision!r} (it knows "
                            f"{', '.join(PRECISIONS)}); is the library from a newer gemmgen?")
-    if PRECISIONS[precision].bytes == 1:
-        raise GemmgenError(f"gemmgen.torch does not take {precision} launchers yet: their scale is the alpha "
-                           "argument, where torch._scaled_mm takes device tensors; call the C launcher, or "
-                           "torch._scaled_mm")
     return PRECISIONS[precision].torch_dtype
 
 
@@ -215,6 +212,40 @@ def check_bias(bias: Operand | None, m: int, n: int, a: Operand, out: Operand | 
         raise TensorError("out overlaps bias in memory; C is written while the bias is read: pass an out of its own")
 
 
+def check_scales(scale_a: Operand | None, scale_b: Operand | None, m: int, n: int, a: Operand,
+                 out: Operand | None, variant: Variant = Variant()) -> None:
+    """Raise TensorError unless scale_a and scale_b are what ``variant`` reads: None for a kernel
+    that is not scaled; else float32 tensors, dense, contiguous, on A's device, apart from out:
+    one value each for scale=tensor (shape (), (1,) or (1, 1)), M values for scale_a and N for
+    scale_b for scale=row (a vector, or torch._scaled_mm's (M, 1) and (1, N))."""
+    if not variant.scaled:
+        if scale_a is not None or scale_b is not None:
+            raise TensorError(f"scale_a or scale_b was given, but this kernel is not scaled (variant {variant.text}): "
+                              "pass no scales, or emit an FP8 kernel that reads them (gemmgen emit ... --scale row: "
+                              "M and N values; --scale tensor: one each)")
+        return
+    counts = {"scale_a": 1, "scale_b": 1} if variant.scale == "tensor" else {"scale_a": m, "scale_b": n}
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        count = counts[name]
+        per = "row" if name == "scale_a" else "column"
+        what = "one value" if variant.scale == "tensor" else f"{count} values, one per {per} of C"
+        if t is None:
+            raise TensorError(f"this kernel reads FP8 scales (variant {variant.text}): pass {name}=, a float32 "
+                              f"tensor of {what}")
+        if len(t.shape) > 2 or math.prod(t.shape) != count or sum(size != 1 for size in t.shape) > 1:
+            raise TensorError(f"{name} must hold {what} (scale={variant.scale}) along one dimension; it has shape "
+                              f"{tuple(t.shape)}")
+        if t.dtype != "torch.float32":
+            raise TensorError(f"{name} is {t.dtype}; scales are float32: convert it with {name}.float()")
+        _check_dense_cuda(name, t)
+        if t.device != a.device:
+            raise TensorError(f"{name} is on {t.device} and a on {a.device}; put them on one device")
+        _check_row_major(name, t)
+        if out is not None and _overlaps(out, t):
+            raise TensorError(f"out overlaps {name} in memory; C is written while the scales are read: pass an out "
+                              "of its own")
+
+
 def _dims(name: str, t: Operand, transposed: bool, trans: str) -> str:
     rows, cols = t.shape
     if not transposed:
@@ -225,7 +256,8 @@ def _dims(name: str, t: Operand, transposed: bool, trans: str) -> str:
 
 
 def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta: float,
-               variant: Variant = Variant(), bias: Operand | None = None) -> tuple[int, int, int]:
+               variant: Variant = Variant(), bias: Operand | None = None, scale_a: Operand | None = None,
+               scale_b: Operand | None = None) -> tuple[int, int, int]:
     """Check the operands of C = act(alpha * A @ B + beta * C + bias) for a launcher of
     ``precision`` and ``variant``; return (M, N, K). A and B are as the variant stores them (A:
     M x K, or K x M for trans tn/tt; B: K x N, or N x K for nt/tt). ``out`` None: gemmgen.torch
@@ -233,7 +265,8 @@ def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta
 
     Raises TensorError (one message, naming the tensor and the fix) for the first rule broken:
     A and B as :func:`check_input` says, on one device, their K sides equal, each of M, N, K at
-    most 2^31 - 1; then C as :func:`check_out` says, then the bias as :func:`check_bias` says.
+    most 2^31 - 1; then C as :func:`check_out` says, then the bias as :func:`check_bias` says,
+    then FP8's scales as :func:`check_scales` says.
     Empty dimensions pass (M, N or K may be 0); whether the kernel takes a shape is the
     launcher's to say.
     """
@@ -258,6 +291,7 @@ def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta
     else:
         check_out(out, m, n, a, b, variant)
     check_bias(bias, m, n, a, out, variant)
+    check_scales(scale_a, scale_b, m, n, a, out, variant)
     return m, n, k
 
 

@@ -1,6 +1,7 @@
 """nn.Linear through a gemmgen launcher: :class:`Linear` (nn.Linear's parameters and state_dict,
-its forward a GemmOp of trans nt), :func:`patch`, which swaps a model's nn.Linear modules for it
-where a launcher serves them, and :func:`linear_refusal`, which says why one cannot.
+its forward a GemmOp of trans nt), :class:`Fp8Linear` (the same layer in FP8 with row-wise scales),
+:func:`patch`, which swaps a model's nn.Linear modules for either where a launcher serves them, and
+:func:`linear_refusal`, which says why one cannot.
 """
 
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ def linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None
     bias=bias) for a one-product launcher of trans nt (weight N x K as stored), no activation, A, B
     and C of the layer's dtype (bf16 or fp16), and a bias per column where the layer has one."""
     v, emit = op.variant, "gemmgen emit ... --trans nt --out"
+    if op.precision == "e4m3":
+        return fp8_linear_refusal(op, dtype, has_bias)
     if v.batched:
         return f"{op.path.name} is batched (variant {v.text}); nn.Linear needs a launcher of one product per launch"
     if dtype not in _LINEAR_DTYPES:
@@ -37,6 +40,90 @@ def linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None
         what = "has a bias, one per output feature (--bias col)" if has_bias else "has no bias (--bias none)"
         return f"the layer {what}, and {op.path.name} adds {'none' if v.bias == 'none' else 'one per ' + v.bias}"
     return None
+
+
+E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def fp8_linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None:
+    """Why ``op`` cannot compute an :class:`Fp8Linear` for a layer of ``dtype`` with a bias
+    (``has_bias``) or without one, or None where it can: an e4m3 launcher of trans nt with
+    row-wise scales (scale=row), C of the layer's dtype (bf16 or fp16), no activation, and a
+    bias per column where the layer has one."""
+    v, emit = op.variant, "gemmgen emit ... --precision e4m3 --trans nt --scale row --out"
+    if op.precision != "e4m3" or v.trans != "nt" or v.scale != "row" or v.batched:
+        return (f"{op.path.name} computes {op.precision} (variant {v.text}); an FP8 Linear takes e4m3 with a weight "
+                f"stored N x K and a scale per row of x and per output feature ({emit} bf16)")
+    if dtype not in _LINEAR_DTYPES or op.out_dtype != dtype:
+        return (f"the layer is {dtype}, and {op.path.name} writes {op.out_dtype}: an FP8 Linear gives y in the "
+                f"layer's dtype, bf16 or fp16 ({emit} bf16 or fp16)")
+    if v.act != "none":
+        return f"{op.path.name} applies {v.act} after the product; nn.Linear applies none (--act none)"
+    want = "col" if has_bias else "none"
+    if v.bias != want:
+        what = "has a bias, one per output feature (--bias col)" if has_bias else "has no bias (--bias none)"
+        return f"the layer {what}, and {op.path.name} adds {'none' if v.bias == 'none' else 'one per ' + v.bias}"
+    return None
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): x (rows x K) as float8_e4m3fn rows with a float32 scale each, x[i] ~ scale[i] *
+    q[i], scale[i] = max |x[i]| / 448 (so that the row's largest value is e4m3's largest; an all-
+    zero row gets scale 1). Rounding is torch's (to nearest)."""
+    amax = x.abs().amax(dim=-1).float()
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    return (x.float() / scale.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
+class Fp8Linear(torch.nn.Module):
+    """nn.Linear in FP8 through gemmgen's launcher ``op`` (e4m3, trans nt, scale=row, C of the
+    layer's dtype, a column bias where the layer has one: :func:`fp8_linear_refusal`):
+
+        y = scale_x[i] * weight_scale[j] * (x_q @ weight.T)[i][j] + bias[j]
+
+    in one launch, where ``weight`` (out_features x in_features, float8_e4m3fn) and
+    ``weight_scale`` (out_features, float32) are the layer's weight quantized row by row once
+    (:func:`quantize_rows`, buffers of this module), and x_q, scale_x are x quantized the same way
+    at each forward (dynamic row-wise scaling, as torch._scaled_mm's row-wise recipe). ``bias``
+    is the layer's (a buffer, its dtype) or None. x: (..., in_features) of the layer's dtype on
+    the weight's device. Inference only; made by :meth:`from_linear`."""
+
+    def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype,
+                 op: GemmOp):
+        super().__init__()
+        why = fp8_linear_refusal(op, dtype, bias is not None) if isinstance(op, GemmOp) else \
+            f"op must be a gemmgen.torch.GemmOp (gemmgen.torch.load(...)), not {type(op).__name__}"
+        if why is not None:
+            raise InvalidParameter(f"cannot make an FP8 Linear: {why}")
+        self.out_features, self.in_features = weight.shape
+        self.dtype, self.op = dtype, op
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", weight_scale)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, op: GemmOp) -> "Fp8Linear":
+        """``module`` (an nn.Linear of bf16 or fp16 on a CUDA device) with its weight quantized
+        row by row to e4m3 (a copy; the bias is kept as it is), computed through ``op``.
+        InvalidParameter where ``op`` does not serve it (fp8_linear_refusal)."""
+        with torch.no_grad():
+            weight, scale = quantize_rows(module.weight.detach())
+        bias = None if module.bias is None else module.bias.detach()
+        return cls(weight, scale, bias, module.weight.dtype, op)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise TensorError(f"x has shape {tuple(x.shape)}; this Linear takes (..., {self.in_features}): "
+                              f"{self.in_features} features in the last dimension")
+        if x.dtype != self.dtype:
+            raise TensorError(f"x is {x.dtype}; this FP8 Linear takes {self.dtype} (the layer's dtype)")
+        q, scale = quantize_rows(x.reshape(-1, self.in_features))
+        y = self.op(q, self.weight, bias=self.bias, scale_a=scale, scale_b=self.weight_scale)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"dtype={self.dtype}, op={self.op!r}")
 
 
 class Linear(torch.nn.Linear):
@@ -115,8 +202,9 @@ class PatchReport:
 
 def patch(model: torch.nn.Module, dispatcher) -> PatchReport:
     """Replace, in place, each nn.Linear module of ``model`` that ``dispatcher`` serves by a
-    gemmgen.torch.Linear through it (:meth:`Linear.from_linear`: the same parameters); return
-    the report of what was swapped and why the others were left.
+    gemmgen.torch.Linear through it (:meth:`Linear.from_linear`: the same parameters), or by an
+    :class:`Fp8Linear` where the launcher is FP8 (its weight quantized, a copy); return the report
+    of what was swapped and why the others were left.
 
     ``dispatcher``: a GemmOp (gemmgen.torch.load of an `emit --dispatch` file, or of one kernel),
     or a sequence of them, where each module takes the first that serves it (e.g. one without and
@@ -149,7 +237,7 @@ def patch(model: torch.nn.Module, dispatcher) -> PatchReport:
 
 def _unswappable(name: str, module: torch.nn.Linear, ops: list[GemmOp]) -> "str | Linear":
     """patch's judgement of one nn.Linear: why it stays (a string), or its gemmgen Linear."""
-    if isinstance(module, Linear):
+    if isinstance(module, (Linear, Fp8Linear)):
         return "already a gemmgen.torch.Linear"
     if type(module) is not torch.nn.Linear:
         return f"a subclass of nn.Linear ({type(module).__name__}), whose forward may not be F.linear's"
@@ -161,6 +249,6 @@ def _unswappable(name: str, module: torch.nn.Linear, ops: list[GemmOp]) -> "str 
     for op in ops:
         why = linear_refusal(op, module.weight.dtype, module.bias is not None)
         if why is None:
-            return Linear.from_linear(module, op)
+            return (Fp8Linear if op.precision == "e4m3" else Linear).from_linear(module, op)
         whys.append(why)
     return "; ".join(dict.fromkeys(whys))

@@ -47,8 +47,8 @@ from gemmgen.build.nvcc import DEFAULT_FLAGS, build_library
 from gemmgen.describe.problem import Variant
 from gemmgen.errors import GemmgenError, InvalidParameter
 from gemmgen.measure.launcher import Launcher
-from gemmgen.torch.checks import (Operand, TensorError, build_target, check_batched_call, check_call, dtype_for,
-                                  out_dtype, source_target)
+from gemmgen.torch.checks import (Operand, TensorError, build_target, check_batched_call, check_call, check_scales,
+                                  dtype_for, out_dtype, source_target)
 
 __all__ = ["BatchedGemmOp", "BuildFailed", "GemmOp", "NotCapturable", "TensorError", "load"]
 
@@ -109,6 +109,11 @@ def _operands(a, b, out, fake: bool = False) -> tuple:
     return _operand("a", a, fake), _operand("b", b, fake), None if out is None else _operand("out", out, fake)
 
 
+def _optional(fake: bool = False, **tensors) -> tuple:
+    """The optional tensors (the bias, FP8's scales) as Operands, None where not given, in order."""
+    return tuple(None if t is None else _operand(name, t, fake) for name, t in tensors.items())
+
+
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name.removeprefix("torch."))
 
@@ -157,7 +162,8 @@ class GemmOp:
         return f"GemmOp({str(self.path)!r}, precision={self.precision!r}{variant})"
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
-                 alpha: float = 1, beta: float = 0, bias: torch.Tensor | None = None) -> torch.Tensor:
+                 alpha: float = 1, beta: float = 0, bias: torch.Tensor | None = None,
+                 scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> torch.Tensor:
         """``out = act(alpha * op(a) @ op(b) + beta * out + bias)``; returns ``out``.
 
         a and b: tensors of ``self.dtype`` on one CUDA device, contiguous row-major (a transposed
@@ -170,6 +176,12 @@ class GemmOp:
         None otherwise. The activation (relu, gelu with the tanh approximation, silu) is the
         variant's. With beta == 0 out is not read (NaN in it does not matter). alpha and beta
         reach the kernel as fp32; C is rounded to its type once, at the end.
+
+        An FP8 kernel of a scaled variant (``gemmgen emit ... --precision e4m3 --scale row``)
+        takes a and b of torch.float8_e4m3fn and float32 device tensors scale_a and scale_b, as
+        torch._scaled_mm does: one value each (scale=tensor), or M and N (scale=row: (M, 1) and
+        (1, N), or vectors); the product is ``scale_a[i] * scale_b[j] * (a @ b.T)[i][j]``. The
+        kernel reads them at every launch (a CUDA graph replays new values).
 
         The work is queued on ``torch.cuda.current_stream(a.device)`` and the call returns
         without waiting, as torch's own operations do. Empty products follow torch.addmm: M or
@@ -194,25 +206,25 @@ class GemmOp:
         # alpha and beta default to ints: torch.compile reads float defaults (__kwdefaults__) as
         # dynamic inputs of the graph, 0-dim tensors, then compiles once more without them.
         if torch.compiler.is_compiling() or _dispatch_modes():
-            return self._through_op(a, b, out, alpha, beta, bias)
-        return self._eager(a, b, out, alpha, beta, bias, keep=True)
+            return self._through_op(a, b, out, alpha, beta, bias, scale_a, scale_b)
+        return self._eager(a, b, out, alpha, beta, bias, keep=True, scale_a=scale_a, scale_b=scale_b)
 
-    def _through_op(self, a, b, out, alpha, beta, bias) -> torch.Tensor:
+    def _through_op(self, a, b, out, alpha, beta, bias, scale_a=None, scale_b=None) -> torch.Tensor:
         """The call as the registered operator (which torch.compile and dispatch modes see)."""
         if out is None:
-            return torch.ops.gemmgen.gemm(self.key, a, b, bias, float(alpha), float(beta))
-        torch.ops.gemmgen.gemm_out(self.key, a, b, out, bias, float(alpha), float(beta))
+            return torch.ops.gemmgen.gemm(self.key, a, b, bias, float(alpha), float(beta), scale_a, scale_b)
+        torch.ops.gemmgen.gemm_out(self.key, a, b, out, bias, float(alpha), float(beta), scale_a, scale_b)
         return out
 
-    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False) -> torch.Tensor:
+    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False, scale_a=None, scale_b=None) -> torch.Tensor:
         """The call on tensors with data: checks, then the launch (or torch's work where empty).
         ``keep``: the launch may use this thread's kept workspace buffer (_workspace); the
         operators pass False, since torch.compile's CUDA graphs (mode="reduce-overhead") run
         them where every allocation that outlives a call must be an output."""
-        plain = self._plain(a, b, out, beta, bias)
+        plain = None if self.variant.scaled else self._plain(a, b, out, beta, bias)
         if plain is None:
             m, n, k = check_call(self.precision, *_operands(a, b, out), beta, self.variant,
-                                 None if bias is None else _operand("bias", bias))
+                                 *_optional(bias=bias, scale_a=scale_a, scale_b=scale_b))
             addresses = (a.data_ptr(), b.data_ptr(), None if out is None else out.data_ptr(),
                          None if bias is None else bias.data_ptr())
         else:
@@ -224,21 +236,23 @@ class GemmOp:
         if k == 0:
             return self._no_product(out, beta, bias)
         pa, pb, pc, pbias = addresses
+        scales = (scale_a.data_ptr(), scale_b.data_ptr()) if self.variant.scaled else None
         self._queue(a.device, (m, n, k, float(alpha), pa, pb, float(beta), out.data_ptr() if pc is None else pc,
-                               pbias), keep)
+                               pbias, scales), keep)
         return out
 
-    def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
+    def _fake(self, a, b, out, beta, bias, scale_a=None, scale_b=None) -> torch.Tensor | None:
         """The operators' fake implementation: the rules of the call (but those about addresses)
         on tensors without data, and C as the call makes it: a new contiguous (M, N) tensor of
         ``out_dtype`` on a's device where ``out`` is None; None where it is given (written in
         place)."""
         m, n, _ = check_call(self.precision, *_operands(a, b, out, fake=True), beta, self.variant,
-                             None if bias is None else _operand("bias", bias, fake=True))
+                             *_optional(True, bias=bias, scale_a=scale_a, scale_b=scale_b))
         return a.new_empty((m, n), dtype=self.out_dtype) if out is None else None
 
     def _no_product(self, out: torch.Tensor, beta: float, bias: torch.Tensor | None) -> torch.Tensor:
-        """K == 0: C = act(beta * C + bias), in fp32, rounded once into out."""
+        """K == 0: C = act(beta * C + bias), in fp32, rounded once into out (an FP8 kernel's
+        scales multiply the empty product, zero, so they do not count)."""
         if not self.variant.has_epilogue:
             return out.zero_() if beta == 0 else out.mul_(beta)
         x = out.float() * beta if beta != 0 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
@@ -362,10 +376,10 @@ class GemmOp:
     def _new_plan(self, args: tuple, stream: int):
         """The launcher's plan of ``args`` (as _launch takes them) on ``stream``: in the caller's
         workspace (a WorkspacePlan), or for a library without that, in its own (a Plan)."""
-        *problem, bias = args
+        *problem, bias, scales = args
         if not self.launcher.takes_workspace:
-            return self.launcher.plan(*problem, stream, bias=bias)
-        return self.launcher.plan_workspace(*problem, stream, bias=bias)
+            return self.launcher.plan(*problem, stream, bias=bias, scales=scales)
+        return self.launcher.plan_workspace(*problem, stream, bias=bias, scales=scales)
 
     @staticmethod
     def _refuse_capture(message: str) -> None:
@@ -430,7 +444,8 @@ class BatchedGemmOp(GemmOp):
         torch.compile (the same operators, with a (batch, M, N) C) as GemmOp."""
         return super().__call__(a, b, out, alpha=alpha, beta=beta, bias=bias)
 
-    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False) -> torch.Tensor:
+    def _eager(self, a, b, out, alpha, beta, bias, keep: bool = False, scale_a=None, scale_b=None) -> torch.Tensor:
+        check_scales(*_optional(scale_a=scale_a, scale_b=scale_b), 0, 0, None, None, self.variant)  # none taken
         batch, m, n, k, strides = check_batched_call(self.precision, *_operands(a, b, out), beta, self.variant,
                                                      None if bias is None else _operand("bias", bias))
         if out is None:
@@ -443,7 +458,8 @@ class BatchedGemmOp(GemmOp):
                                None if bias is None else bias.data_ptr(), batch, strides), keep)
         return out
 
-    def _fake(self, a, b, out, beta, bias) -> torch.Tensor | None:
+    def _fake(self, a, b, out, beta, bias, scale_a=None, scale_b=None) -> torch.Tensor | None:
+        check_scales(*_optional(True, scale_a=scale_a, scale_b=scale_b), 0, 0, None, None, self.variant)
         batch, m, n, _, _ = check_batched_call(self.precision, *_operands(a, b, out, fake=True), beta,
                                                self.variant, None if bias is None else _operand("bias", bias, fake=True))
         return a.new_empty((batch, m, n), dtype=self.out_dtype) if out is None else None
@@ -514,24 +530,25 @@ def _loaded(key: str) -> GemmOp:
 # from the path. The fake implementations give C's shape, dtype and strides from the traced tensors.
 @torch.library.custom_op("gemmgen::gemm", mutates_args=())
 def _gemm(lib: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], alpha: float,
-          beta: float) -> torch.Tensor:
+          beta: float, scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
     """C = act(alpha * op(a) @ op(b) + bias) through the library ``lib`` (GemmOp.key), in a new
-    tensor; beta must be 0 (there is no C to read)."""
-    return _loaded(lib)._eager(a, b, None, alpha, beta, bias)
+    tensor (FP8's scales where the kernel reads them); beta must be 0 (there is no C to read)."""
+    return _loaded(lib)._eager(a, b, None, alpha, beta, bias, scale_a=scale_a, scale_b=scale_b)
 
 
 @_gemm.register_fake
-def _gemm_fake(lib, a, b, bias, alpha, beta):
-    return _loaded(lib)._fake(a, b, None, beta, bias)
+def _gemm_fake(lib, a, b, bias, alpha, beta, scale_a=None, scale_b=None):
+    return _loaded(lib)._fake(a, b, None, beta, bias, scale_a, scale_b)
 
 
 @torch.library.custom_op("gemmgen::gemm_out", mutates_args=("out",))
 def _gemm_out(lib: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: Optional[torch.Tensor],
-              alpha: float, beta: float) -> None:
+              alpha: float, beta: float, scale_a: Optional[torch.Tensor] = None,
+              scale_b: Optional[torch.Tensor] = None) -> None:
     """out = act(alpha * op(a) @ op(b) + beta * out + bias) through the library ``lib``, in place."""
-    _loaded(lib)._eager(a, b, out, alpha, beta, bias)
+    _loaded(lib)._eager(a, b, out, alpha, beta, bias, scale_a=scale_a, scale_b=scale_b)
 
 
 @_gemm_out.register_fake
-def _gemm_out_fake(lib, a, b, out, bias, alpha, beta):
-    _loaded(lib)._fake(a, b, out, beta, bias)
+def _gemm_out_fake(lib, a, b, out, bias, alpha, beta, scale_a=None, scale_b=None):
+    _loaded(lib)._fake(a, b, out, beta, bias, scale_a, scale_b)

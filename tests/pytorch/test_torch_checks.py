@@ -17,7 +17,7 @@ from gemmgen.measure.device import GpuUnavailable
 from gemmgen.torch.checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
                                   is_row_major, out_dtype, row_major_strides, runs_on, source_target)
 
-ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
+ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8, "torch.float8_e4m3fn": 1}
 
 
 def mat(shape, dtype="torch.float16", *, address, stride=None, device="cuda:0", **kw) -> Operand:
@@ -42,14 +42,12 @@ def test_the_module_imports_without_torch():
 
 
 def test_dtypes_come_from_the_element_types():
-    assert [dtype_for(p) for p in ("fp32", "tf32", "fp16", "bf16")] == [
-        "torch.float32", "torch.float32", "torch.float16", "torch.bfloat16"]
+    assert [dtype_for(p) for p in ("fp32", "tf32", "fp16", "bf16", "e4m3")] == [
+        "torch.float32", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float8_e4m3fn"]
     with pytest.raises(GemmgenError, match=re.escape(
             "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16, e4m3); is the library from a "
             "newer gemmgen?")):
         dtype_for("fp8")
-    with pytest.raises(GemmgenError, match="gemmgen.torch does not take e4m3 launchers yet"):
-        dtype_for("e4m3")
 
 
 def test_row_major_strides_ignore_dimensions_of_one():
@@ -289,6 +287,42 @@ def test_the_bias_is_what_the_variant_adds():
         check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x300000 + 100 * 32 * 2 - 2))
     # the bias may share memory with A or B (all are read)
     assert check_call("bf16", X, W, Y, 0.0, LINEAR, mat((32,), "torch.bfloat16", address=0x200000)) == (100, 32, 64)
+
+
+# FP8 with row-wise scales: a 100 x 64 e4m3 A, a 32 x 64 e4m3 B (N x K), bf16 C, float32 scales
+ROWWISE = Variant("nt", "bf16", scale="row")
+QA, QB = mat((100, 64), "torch.float8_e4m3fn", address=0x100000), mat((32, 64), "torch.float8_e4m3fn", address=0x200000)
+SA, SB = mat((100, 1), "torch.float32", address=0x500000), mat((1, 32), "torch.float32", address=0x600000)
+
+
+def test_fp8_scales_are_what_the_variant_reads():
+    assert check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, SA, SB) == (100, 32, 64)
+    vectors = mat((100,), "torch.float32", address=0x500000), mat((32,), "torch.float32", address=0x600000)
+    assert check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, *vectors) == (100, 32, 64)
+    one = mat((), "torch.float32", address=0x500000), mat((1,), "torch.float32", address=0x600000)
+    assert check_call("e4m3", QA, QB, Y, 0.0, Variant("nt", "bf16", scale="tensor"), None, *one) == (100, 32, 64)
+    with refused("this kernel reads FP8 scales (variant nt bf16 none none row): pass scale_b=, a float32 tensor of 32 "
+                 "values, one per column of C"):
+        check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, SA, None)
+    with refused("scale_a must hold 100 values, one per row of C (scale=row) along one dimension; it has shape "
+                 "(1, 32)"):
+        check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, SB, SB)
+    with refused("scale_a must hold one value (scale=tensor) along one dimension; it has shape (100, 1)"):
+        check_call("e4m3", QA, QB, Y, 0.0, Variant("nt", "bf16", scale="tensor"), None, SA, SB)
+    with refused("scale_b is torch.bfloat16; scales are float32: convert it with scale_b.float()"):
+        check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, SA, mat((32,), "torch.bfloat16", address=0x600000))
+    with refused("scale_b is on cuda:1 and a on cuda:0; put them on one device"):
+        check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, SA, mat((32,), "torch.float32", address=0x600000,
+                                                                  device="cuda:1"))
+    with refused("out overlaps scale_a in memory; C is written while the scales are read: pass an out of its own"):
+        check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, mat((100,), "torch.float32", address=0x300000), SB)
+    with refused("scale_a or scale_b was given, but this kernel is not scaled (variant nt bf16 none none): pass no "
+                 "scales, or emit an FP8 kernel that reads them (gemmgen emit ... --scale row: M and N values; --scale "
+                 "tensor: one each)"):
+        check_call("bf16", X, W, Y, 0.0, Variant("nt", "bf16"), None, SA, SB)
+    with refused("a is torch.bfloat16, but this kernel's precision is e4m3, which takes torch.float8_e4m3fn: convert "
+                 "it with a.to(torch.float8_e4m3fn)"):
+        check_call("e4m3", X, QB, Y, 0.0, ROWWISE, None, SA, SB)
 
 
 # ---- a batched launcher: 3-D tensors ----
