@@ -85,3 +85,28 @@ class Alternate:
             order.reverse()
         torch.cuda.synchronize()
         return [float(np.median([s.elapsed_time(e) for s, e in row])) for row in ev]
+
+
+def device_verdict(c: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, precision: str, k: int, out: str,
+                   act: str = "none"):
+    """gemmgen.measure.verify.compare's verdict on C against ref and scale (float64 tensors, M x N),
+    with the sums of verify.host_stats taken on the GPU (a product of 10^8 elements takes seconds
+    on the host); the judging is verify.judge's."""
+    from gemmgen.describe import tolerance
+    from gemmgen.measure import verify
+
+    c64 = c.double()
+    finite = torch.isfinite(c64)
+    err = (torch.where(finite, c64, 0.0) - ref).abs()
+    bound = tolerance.elementwise_tolerance(precision, k, out, act) * scale
+    over = finite & (err > bound)
+    ratios = torch.where(bound > 0, err / bound, torch.where(err > 0, torch.inf, 0.0))
+    first = torch.argwhere(~finite | over)
+    first_bad = None
+    if len(first):
+        i, j = (int(v) for v in first[0])
+        first_bad = (i, j, float(c64[i, j]), float(ref[i, j]))
+    stats = verify.Stats(float((err[finite] ** 2).sum()), float((ref[finite] ** 2).sum()),
+                         float((scale[finite] ** 2).sum()), int(over.sum()), int((~finite).sum()),
+                         float(torch.where(finite, ratios, 0.0).max()), first_bad)
+    return verify.judge(stats, precision, k, out, act)
