@@ -54,6 +54,9 @@ def test_header_documents_the_point(point):
         assert (f"grid = (min(units, clusters) * {g.cluster}, 1, 1), units = ceil(M / "
                 f"{g.tile_m * g.cluster}) * ceil(N / {g.tile_n})") in header
         assert re.search(r"requires\s*: any M, N, K >= 1\n", header)
+    elif g.persistent and g.stream_k:  # a block per SM: its whole tiles, then its share of the split ones
+        assert "grid = (SMs, 1, 1): persistent, each block computing tiles blockIdx.x" in header
+        assert re.search(r"requires\s*: any M, N, K >= 1\n", header)
     elif g.persistent:  # tiles walked by index: no grid limit on M
         assert f"grid = (min(tiles, SMs), 1, 1), tiles = ceil(M / {g.tile_m}) * ceil(N / {g.tile_n})" in header
         assert re.search(r"requires\s*: any M, N, K >= 1\n", header)
