@@ -33,6 +33,13 @@ def linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None
     if v.trans != "nt":
         return (f"{op.path.name} takes B as trans={v.trans} stores it; nn.Linear keeps its weight N x K "
                 f"(trans=nt: {emit} {v.out})")
+    return _epilogue_refusal(op, has_bias)
+
+
+def _epilogue_refusal(op: GemmOp, has_bias: bool) -> str | None:
+    """Why ``op``'s epilogue is not nn.Linear's (no activation; a column bias exactly where the
+    layer has a bias), or None."""
+    v = op.variant
     if v.act != "none":
         return f"{op.path.name} applies {v.act} after the product; nn.Linear applies none (--act none)"
     want = "col" if has_bias else "none"
@@ -57,13 +64,7 @@ def fp8_linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | 
     if dtype not in _LINEAR_DTYPES or op.out_dtype != dtype:
         return (f"the layer is {dtype}, and {op.path.name} writes {op.out_dtype}: an FP8 Linear gives y in the "
                 f"layer's dtype, bf16 or fp16 ({emit} bf16 or fp16)")
-    if v.act != "none":
-        return f"{op.path.name} applies {v.act} after the product; nn.Linear applies none (--act none)"
-    want = "col" if has_bias else "none"
-    if v.bias != want:
-        what = "has a bias, one per output feature (--bias col)" if has_bias else "has no bias (--bias none)"
-        return f"the layer {what}, and {op.path.name} adds {'none' if v.bias == 'none' else 'one per ' + v.bias}"
-    return None
+    return _epilogue_refusal(op, has_bias)
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
