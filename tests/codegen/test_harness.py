@@ -57,6 +57,10 @@ DISPATCHERS = {
     "hopper_batched_nt_obf16_bcol_gelu": (("hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu_batched",
                                            "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu_batched"),
                                           (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
+    # FP8 with row-wise scales: the dispatcher passes scale_a and scale_b on to the kernel it picks
+    "hopper_e4m3_nt_obf16_bcol_srow": (("hopper_128x128_c2_s6_g8_sk_pr4_e4m3_nt_obf16_bcol_srow",
+                                        "hopper_64x128_c2_s6_g8_sw_pr4_e4m3_nt_obf16_bcol_srow"),
+                                       (Shape(1024, 1024, 1024), Shape(16, 1024, 1024))),
 }
 
 
@@ -188,6 +192,8 @@ BUILDS = {  # the first in every run (a layout and split-K's workspace in one pr
                                                                       ["--dispatch"], harness=True),
     "dispatcher_hopper_batched_nt_obf16_bcol_gelu": lambda: render_dispatcher(
         dispatch_plan("hopper_batched_nt_obf16_bcol_gelu"), ["--dispatch"], harness=True),
+    "dispatcher_hopper_e4m3_nt_obf16_bcol_srow": lambda: render_dispatcher(
+        dispatch_plan("hopper_e4m3_nt_obf16_bcol_srow"), ["--dispatch"], harness=True),
 }
 
 
