@@ -33,6 +33,12 @@ class Precision:
     u_store: float  # unit roundoff of storing an fp32 result as this type (C's type; tf32 is never one)
     header: str | None = None  # the CUDA header that declares c_type (None: a built-in type)
 
+    @property
+    def fp8(self) -> bool:
+        """An 8-bit float: wgmma reads it K-major only, its tensor cores accumulate in about 14
+        bits (promote), and its scales may be in device memory (Variant.scale)."""
+        return self.bytes == 1
+
 
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF, _CUDA_R_8F_E4M3 = 0, 2, 14, 28
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77

@@ -53,7 +53,7 @@ def precision_refused(variant: Variant, precision: str) -> str | None:
     """Why cuBLASLt is no baseline for ``precision``'s inputs in ``variant``, or None: 8-bit inputs
     are taken K-major only (A stored M x K, B stored N x K: trans=nt), with per-tensor scales (no
     scale=row), and without an epilogue."""
-    if PRECISIONS[precision].bytes != 1:
+    if not PRECISIONS[precision].fp8:
         return None
     if variant.trans != "nt":
         return (f"cuBLASLt multiplies {precision} with A and B K-major only (trans=nt: B stored N x K), not "
@@ -158,7 +158,7 @@ class CublasLt:
                 self._lib.cublasLtMatrixLayoutDestroy(layout)
             raise CublasError(f"cuBLASLt has no algorithm for {precision} {m}x{n}x{k} {variant.text}"
                               + (f" (batch {batch})" if batch != 1 else "")
-                              + (" (FP8 wants rows of 16-byte multiples)" if PRECISIONS[precision].bytes == 1 else ""))
+                              + (" (FP8 wants rows of 16-byte multiples)" if PRECISIONS[precision].fp8 else ""))
         self._check(status, "cublasLtMatmulAlgoGetHeuristic")
         plan = (desc, layout_b, layout_a, layout_c, found)
         self._plans[key] = plan

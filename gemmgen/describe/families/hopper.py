@@ -187,7 +187,8 @@ def check(p, precision, d, variant):
                if d["A_T"] else "")
         v.append("tf32 computes trans=nn into fp32 C only so far (its B^T fragments are loaded from an N-major "
                  f"B{a_t})")
-    if d["ESIZE"] == 1 and (d["TRANSPOSE_A"] or d["TRANSPOSE_B"]):
+    fp8 = PRECISIONS[precision].fp8
+    if fp8 and (d["TRANSPOSE_A"] or d["TRANSPOSE_B"]):
         v.append(f"{precision}'s wgmma reads A and B K-major only (8-bit types have no transpose bit): it computes "
                  f"trans=nt (B stored N x K, as torch's linear weight), not trans={variant.trans}")
     if d["A_T"] and d["SWAP_AB"] and not d["TF32_FRAGS"] and p["BM"] % 64:
@@ -226,7 +227,7 @@ def check(p, precision, d, variant):
                      f"{d['ROWS']} must be 64")
         divides(v, "overlap=1 is tested only with tile halves of whole 64-column chunks", "BN", p["BN"], "128", 128)
     if variant.scaled:
-        if d["ESIZE"] != 1:
+        if not fp8:
             v.append(f"scale={variant.scale} multiplies FP8's products by fp32 scales in device memory; {precision} "
                      "scales through alpha: use scale=none")
         if variant.batched:
@@ -234,7 +235,7 @@ def check(p, precision, d, variant):
                      "use batch=none")
     if p["promote"]:
         pr = f"promote={p['promote']}"
-        if d["ESIZE"] != 1:
+        if not fp8:
             v.append(f"{pr} adds k tiles' sums in fp32 for FP8, whose tensor cores accumulate in about 14 bits; "
                      f"{precision}'s accumulate in fp32 already: use promote=0")
         if p["overlap"]:
