@@ -7,9 +7,9 @@ templates leaves the cubins byte-identical (or to list the ones it changes).
 The set: every named point on sm_90 (hopper on sm_90a) in its plain variant, the tensor-core
 points in five other variants (layouts, C's type, bias, activation, strided batch), and hopper
 points covering each of its options (swap, thin tiles, stream-K, clusters, ping-pong, overlap,
-tf32). Each entry is rendered and compiled to a cubin alone (nvcc -cubin, the flags
-gemmgen.build.nvcc uses for the kernel); the fingerprint is the cubin's sha256 and the emitted
-file's line count. Needs nvcc, no GPU. Exit 1 when --against finds a difference, or nvcc warns
+tf32, FP8's promotion intervals and scales). Each entry is rendered and compiled to a cubin alone
+(nvcc -cubin, the flags gemmgen.build.nvcc uses for the kernel); the fingerprint is the cubin's
+sha256 and the emitted file's line count. Needs nvcc, no GPU. Exit 1 when --against finds a difference, or nvcc warns
 (a variable the trimming left unused, say).
 """
 
@@ -47,6 +47,11 @@ HOPPER = (
     ("fp16", {"BM": 64, "BN": 192, "consumers": 1, "stages": 6, "swizzle": 4}),
     ("tf32", {"BM": 56, "BN": 128, "streamk": 1}),
     ("bf16", {"BM": 256, "BN": 128, "overlap": 1, "cluster": 2}),
+    # FP8: fast accumulation, promotion intervals (with stream-K, swap, clusters), scales in device memory
+    ("e4m3", {"BM": 128, "BN": 128, "schedule": "pingpong", "trans": "nt"}),
+    ("e4m3", {"BM": 64, "BN": 128, "swap": 1, "promote": 4, "trans": "nt", "scale": "row"}),
+    ("e4m3", {"BM": 128, "BN": 128, "promote": 2, "cluster": 2, "streamk": 1, "trans": "nt", "scale": "tensor"}),
+    ("e4m3", {"BM": 128, "BN": 256, "overlap": 1, "trans": "nt", "scale": "row", "bias": "col", "act": "gelu"}),
 )
 
 
