@@ -179,7 +179,6 @@ OUTPUTS = FIELD["out"].choices
 BIASES = FIELD["bias"].choices
 ACTIVATIONS = FIELD["act"].choices
 BATCHES = FIELD["batch"].choices
-SCALES = FIELD["scale"].choices
 
 
 def option_of(key: str) -> str:
@@ -246,6 +245,11 @@ class Variant:
     def scaled(self) -> bool:
         """FP8 scales in device memory (the launcher takes scale_a and scale_b)."""
         return self.scale != FIELD["scale"].default
+
+    def scale_lengths(self, m: int, n: int) -> tuple[int, ...]:
+        """How many fp32 values scale_a and scale_b hold for an M x N product: (1, 1) for
+        scale=tensor, (M, N) for row; () where the variant is not scaled."""
+        return {"tensor": (1, 1), "row": (m, n)}.get(self.scale, ())
 
     @property
     def out_type(self) -> str:

@@ -80,10 +80,12 @@ class GpuChecker:
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
         if (scale != "none") != (scales is not None):
             raise ValueError(f"scale={scale}: pass its device vectors (scale_a, scale_b) as scales, and only then")
-        row = scale == "row"
         # (scale, step, count) per operand: element i's scale is scale[(i / step) % count]
-        a_scale = (int(scales[0]), 1 if a_transposed else k, m if row else 1) if scales else (0, 1, 1)
-        b_scale = (int(scales[1]), k if b_transposed else 1, n if row else 1) if scales else (0, 1, 1)
+        a_scale, b_scale = (0, 1, 1), (0, 1, 1)
+        if scales:
+            count_a, count_b = Variant(scale=scale).scale_lengths(m, n)
+            a_scale = (int(scales[0]), 1 if a_transposed else k, count_a)
+            b_scale = (int(scales[1]), k if b_transposed else 1, count_b)
         a64, b64 = drv.mem_alloc(batch * m * k * 8), drv.mem_alloc(batch * k * n * 8)
         prod, absprod = drv.mem_alloc(batch * m * n * 8), drv.mem_alloc(batch * m * n * 8)
         try:

@@ -224,7 +224,7 @@ def check_scales(scale_a: Operand | None, scale_b: Operand | None, m: int, n: in
                               "pass no scales, or emit an FP8 kernel that reads them (gemmgen emit ... --scale row: "
                               "M and N values; --scale tensor: one each)")
         return
-    counts = {"scale_a": 1, "scale_b": 1} if variant.scale == "tensor" else {"scale_a": m, "scale_b": n}
+    counts = dict(zip(("scale_a", "scale_b"), variant.scale_lengths(m, n)))
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
         count = counts[name]
         per = "row" if name == "scale_a" else "column"

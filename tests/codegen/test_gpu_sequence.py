@@ -151,7 +151,7 @@ class Call:
                                            variant)
         self.scales = None  # (scale_a, scale_b)'s device addresses, where the variant is scaled
         if variant.scaled:
-            counts = (m, n) if variant.scale == "row" else (1, 1)
+            counts = variant.scale_lengths(m, n)
             host_scales = [rng.uniform(0.25, 4.0, count).astype(np.float32) for count in counts]
             self.buffers += [drv.mem_alloc(4 * count) for count in counts]
             for buffer, host in zip(self.buffers[-2:], host_scales):

@@ -113,3 +113,9 @@ def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
         assert actions[f.key].help == f"{f.help} (default {f.default})"
         assert Kernel.__table__.c[f.key].server_default.arg == f.default
     assert FIELD["batch"].flag == "--batch-mode"  # --batch is the batch count
+
+
+def test_the_scales_lengths_follow_the_scaling():
+    assert Variant(scale="row").scale_lengths(3, 5) == (3, 5)
+    assert Variant(scale="tensor").scale_lengths(3, 5) == (1, 1)
+    assert Variant().scale_lengths(3, 5) == ()
