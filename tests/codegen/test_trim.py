@@ -1,7 +1,7 @@
 """Trimming (gemmgen.codegen.trim): a decided `if constexpr` keeps its live branch, one it cannot
 decide stays whole, a definition nothing names goes and one that is named stays; the tokens of an
-edited text are those a fresh scan finds; and (nvcc) a trimmed file compiles to the same cubin as
-the untrimmed one."""
+edited text are those a fresh scan finds; and (nvcc, in the slow run: two builds of a Hopper file)
+a trimmed file compiles to the same cubin as the untrimmed one."""
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -422,6 +422,7 @@ def test_threads_splicing_at_once_each_get_their_own_tokens():
         sys.setswitchinterval(old)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("point, arch", [("mma_fp16", "sm_90"), ("hopper_fp16", "sm_90a")])
 def test_trimming_leaves_the_cubin_as_it_was(point, arch):

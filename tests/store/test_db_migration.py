@@ -3,8 +3,8 @@ act), filled from each row's name when an older database is opened to record; sc
 gain batch, measurements batch_count (1 for every earlier row); schema 5: kernels gain scale (from
 the names too: none for every earlier row). On a copy of the
 shipped results/h100.db (a real schema-2 file, never the file itself), on SQLite files and on a
-PostgreSQL server of the test session's own (conftest's `postgres`), with several processes
-opening one old database at once. Read without migrating, an older database is read as it is,
+PostgreSQL server of the test session's own (conftest's `postgres`), and (in the slow run) with
+several processes opening one old database at once. Read without migrating, an older database is read as it is,
 the variant then taken from the names."""
 
 import shutil
@@ -210,6 +210,7 @@ def test_the_shipped_schema_2_file_migrates_and_keeps_every_row(tmp_path):
     assert sum(1 for _, *variant in rows if Variant(*variant) != Variant()) == shipped_variants + added
 
 
+@pytest.mark.slow
 def test_processes_opening_one_old_database_at_once_migrate_it_once(postgres):
     url = postgres()
     with ResultsDB(url) as db:

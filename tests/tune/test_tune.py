@@ -110,6 +110,7 @@ def test_resume_continues_the_study_and_reuses_stored_results(url):
     assert not set(again.measured) & set(measured_before)
 
 
+@pytest.mark.slow
 def test_stop_request_ends_after_the_current_trial(url):
     bench = FakeBench(ResultsDB(url))
     bench.stop_after = 2
@@ -246,6 +247,7 @@ def test_extra_first_points_come_after_the_named_points_once(url):
     assert trials[2].user_attrs["kernel"] == name and trials[2].state.name == "COMPLETE"
 
 
+@pytest.mark.slow
 def test_a_tuner_with_nothing_left_to_ask_takes_over_a_dead_tuners_claim_after_the_grace_period(url):
     """A point claimed by a trial whose tuner died (its heartbeat stopped) is measured by the tuner
     waiting for it once the claim is stale, though that tuner asks nothing more: stale trials are

@@ -2,8 +2,8 @@
 and shared trial counts of tune.node, with fake GPUs (fakes.FakeDevice and kin: each measurement
 sleeps, then records into a real results database) and fake compiles, on SQLite in tmp_path.
 What the schedule does with realistic timings at 2 to 8 GPUs is test_tune_schedule.py's. The
-tests of a run interrupted or killed (Ctrl-C, a worker or the main process killed) are in the slow
-run (`pytest -m slow`, which CI runs too), with the other fault and soak tests."""
+tests of a run interrupted or killed (Ctrl-C, a worker or the main process killed) or of a GPU that
+cannot be opened are in the slow run (`pytest -m slow`, which CI runs too), with the other fault and soak tests."""
 
 import multiprocessing
 import os
@@ -130,6 +130,7 @@ def test_ctrl_c_stops_every_gpu_after_its_trial_and_the_run_resumes(tmp_path, ca
     assert measured_twice(url) == []
 
 
+@pytest.mark.slow
 def test_a_gpu_that_cannot_be_opened_leaves_the_run_to_the_others(tmp_path, capsys, two_gpus):
     path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
     two_gpus(fakes.UnopenableDevice)

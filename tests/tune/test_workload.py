@@ -376,6 +376,7 @@ def test_tune_workload_tunes_every_shape_seeding_each_with_its_neighbours_winner
     assert [len(finished(url, s)) for s in shapes] == [6, 6, 6]
 
 
+@pytest.mark.slow
 def test_an_interrupted_workload_resumes_where_it_stopped(tmp_path, capsys, fake_gpu):
     path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
     fake_gpu.interrupt_at = (Shape(128, 256, 256), 2)  # Ctrl-C during the second shape's second trial
