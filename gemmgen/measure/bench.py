@@ -231,13 +231,14 @@ class Bench:
                 self._cublas_lt = CublasLt()
             lt = self._cublas_lt
             lt.prepare(precision, s.m, s.n, s.k, ops.variant, bias=ops.bias_address, batch=ops.batch,
-                       strides=ops.strides if batched else None)  # raises CublasError now, not when timed
+                       strides=ops.strides if batched else None, scales=ops.scales)  # raises CublasError now
 
             def run(alpha, beta):  # scale=tensor: the two scales, known here, folded into alpha
                 if ops.variant.scale == "tensor":
                     alpha *= float(ops.host_scales[0][0]) * float(ops.host_scales[1][0])
                 lt.gemm(precision, s.m, s.n, s.k, alpha, int(ops.a), int(ops.b), beta, int(ops.c), ops.variant,
-                        bias=ops.bias_address, batch=ops.batch, strides=ops.strides if batched else None)
+                        bias=ops.bias_address, batch=ops.batch, strides=ops.strides if batched else None,
+                        scales=ops.scales)
 
             return run
 

@@ -11,6 +11,11 @@ A batched variant (batch=strided) is one cublasLtMatmul of ``batch`` products: e
 the batch count and its operand's stride (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
 STRIDED_BATCH_OFFSET), the bias its own (CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE).
 
+FP8's row-wise scales (scale=row: element (i, j) times scale_a[i] * scale_b[j]) are cuBLASLt's
+outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9 and later): its "A"
+is gemmgen's B, so its A scale vector (N values) is scale_b and its B scale vector (M values)
+scale_a. Per-tensor scales are folded into alpha by the caller (gemmgen.measure.bench).
+
 A plan (descriptors, the algorithm cuBLASLt's heuristic picks with a 32 MiB workspace) is made
 once per problem and kept, so that a timed call queues the matmul only. Calls run on the default
 stream of the CUDA context current on the calling thread.
@@ -28,6 +33,8 @@ _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F, the compute type where gemmgen.describe
 _CUDA_R_32F = 0
 # cublasLtMatmulDescAttributes_t
 _DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_BIAS_BATCH_STRIDE = 3, 4, 7, 8, 10
+_DESC_A_SCALE_POINTER, _DESC_B_SCALE_POINTER, _DESC_A_SCALE_MODE, _DESC_B_SCALE_MODE = 17, 18, 31, 32
+_SCALE_OUTER_VEC_32F = 3  # cublasLtMatmulMatrixScale_t: a vector of fp32 scales along M, and along N
 # cublasLtMatrixLayoutAttribute_t: a strided batch's count (int32) and stride in elements (int64)
 _LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 _PREF_MAX_WORKSPACE_BYTES = 1
@@ -51,16 +58,12 @@ def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 def precision_refused(variant: Variant, precision: str) -> str | None:
     """Why cuBLASLt is no baseline for ``precision``'s inputs in ``variant``, or None: 8-bit inputs
-    are taken K-major only (A stored M x K, B stored N x K: trans=nt), with per-tensor scales (no
-    scale=row), and without an epilogue."""
+    are taken K-major only (A stored M x K, B stored N x K: trans=nt), without an epilogue."""
     if not PRECISIONS[precision].fp8:
         return None
     if variant.trans != "nt":
         return (f"cuBLASLt multiplies {precision} with A and B K-major only (trans=nt: B stored N x K), not "
                 f"trans={variant.trans}")
-    if variant.scale == "row":
-        return ("gemmgen drives cuBLASLt's FP8 matmul with per-tensor scales only; scale=row has no cuBLASLt "
-                "baseline here (torch._scaled_mm is the row-wise one)")
     if variant.has_epilogue:
         # seen on an H200 with CUDA 13.0's cuBLASLt, 2026-11-28: e4m3, a column bias and GELU into
         # fp32 C at 129x6144x4096 was far from the float64 reference (and the check said so)
@@ -118,8 +121,8 @@ class CublasLt:
         return layout
 
     def _plan(self, precision: str, m: int, n: int, k: int, variant: Variant, bias: int, batch: int,
-              strides: tuple[int, int, int, int]) -> tuple:
-        key = (precision, m, n, k, variant, bias, batch, strides)
+              strides: tuple[int, int, int, int], scales: tuple[int, int]) -> tuple:
+        key = (precision, m, n, k, variant, bias, batch, strides, scales)
         if key in self._plans:
             return self._plans[key]
         dt = PRECISIONS[precision]
@@ -138,6 +141,13 @@ class CublasLt:
             self._set(desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias))
             if batch != 1:
                 self._set(desc, _DESC_BIAS_BATCH_STRIDE, ctypes.c_int64(stride_bias))
+        if variant.scale == "row":
+            scale_a, scale_b = scales
+            for attribute, value in ((_DESC_A_SCALE_MODE, ctypes.c_int(_SCALE_OUTER_VEC_32F)),
+                                     (_DESC_B_SCALE_MODE, ctypes.c_int(_SCALE_OUTER_VEC_32F)),
+                                     (_DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b)),  # cuBLASLt's A is our B
+                                     (_DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a))):
+                self._set(desc, attribute, value)
         layout_b = (self._layout(in_type, k, n, k, batch, stride_b) if variant.b_transposed
                     else self._layout(in_type, n, k, n, batch, stride_b))
         layout_a = self._layout(in_type, k, m, k, batch, stride_a)
@@ -165,29 +175,38 @@ class CublasLt:
         return plan
 
     def prepare(self, precision: str, m: int, n: int, k: int, variant: Variant, bias: int | None = None,
-                batch: int = 1, strides: tuple[int, int, int, int] | None = None) -> tuple:
+                batch: int = 1, strides: tuple[int, int, int, int] | None = None,
+                scales: tuple[int, int] | None = None) -> tuple:
         """The plan of gemm's call with these arguments, made now (and kept): raises CublasError
         where cuBLASLt fuses no such epilogue (``supported``), has no algorithm for the problem
-        (FP8, for one, wants leading dimensions of 16-byte multiples), or strides are given where
-        the variant is not batched or missing where it is."""
+        (FP8, for one, wants leading dimensions of 16-byte multiples; outer-vector scales want
+        cuBLAS 12.9), strides are given where the variant is not batched or missing where it is,
+        or scale=row comes without ``scales`` (the device addresses of scale_a's M and scale_b's N
+        fp32 values)."""
         why = supported(variant, precision)
         if why:
             raise CublasError(why)
         if variant.bias != "none" and not bias:
             raise CublasError(f"variant {variant.text} adds a bias: pass its device address")
+        if variant.scale == "row" and not (scales and all(scales)):
+            raise CublasError(f"variant {variant.text} scales rows and columns: pass scale_a's and scale_b's "
+                              "device addresses")
         check_batch(variant, batch, strides)
         strides = tuple(int(s) for s in strides) if strides is not None else (0, 0, 0, 0)
-        return self._plan(precision, m, n, k, variant, bias or 0, int(batch), strides)
+        row_scales = tuple(int(s) for s in scales) if variant.scale == "row" else (0, 0)
+        return self._plan(precision, m, n, k, variant, bias or 0, int(batch), strides, row_scales)
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
              variant: Variant, bias: int | None = None, batch: int = 1,
-             strides: tuple[int, int, int, int] | None = None) -> None:
+             strides: tuple[int, int, int, int] | None = None, scales: tuple[int, int] | None = None) -> None:
         """Row-major C = act(alpha * A @ B + beta * C + bias) for device pointers a, b, c and bias
         (N values of C's type, one per column), as gemmgen.measure.cublas.Cublas.gemm for the rest; a
         batched variant computes ``batch`` products in one call, ``strides`` = (stride_a, stride_b,
-        stride_c, stride_bias) in elements (0 for A, B or the bias: one for every product).
-        Raises CublasError as :meth:`prepare` does."""
-        desc, layout_b, layout_a, layout_c, found = self.prepare(precision, m, n, k, variant, bias, batch, strides)
+        stride_c, stride_bias) in elements (0 for A, B or the bias: one for every product);
+        scale=row multiplies element (i, j) of A @ B by scale_a[i] * scale_b[j] (``scales``: their
+        device addresses). Raises CublasError as :meth:`prepare` does."""
+        desc, layout_b, layout_a, layout_c, found = self.prepare(precision, m, n, k, variant, bias, batch, strides,
+                                                                 scales)
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         self._check(self._lib.cublasLtMatmul(self._handle, desc, ctypes.byref(al), ctypes.c_void_p(b), layout_b,
                                              ctypes.c_void_p(a), layout_a, ctypes.byref(be), ctypes.c_void_p(c),

@@ -1,10 +1,13 @@
 """On the GPU (PyCUDA): every named point and the cuBLAS baselines are verified against the
 float64 reference at odd and aligned shapes, and a wrong kernel is recorded as wrong."""
 
+import dataclasses
+
 import pytest
 
+from gemmgen.describe.config import make_config
 from gemmgen.describe.points import NAMED_POINTS
-from gemmgen.describe.problem import Shape
+from gemmgen.describe.problem import Shape, Variant
 
 pytestmark = pytest.mark.gpu
 
@@ -97,6 +100,28 @@ def test_a_point_is_timed_alone_where_cublas_has_no_right_baseline(bench, monkey
         assert m.message.startswith("timed alone: cuBLAS's own result failed the check")
     finally:
         bench.interleave = False
+
+
+def test_fp8_row_scales_are_timed_against_cublaslts_outer_vector_scaling(bench):
+    """scale=row: cuBLASLt's outer-vector scales (element (i, j) of A @ B times scale_a[i] *
+    scale_b[j]) pass the float64 check, M and N apart (its "A" is gemmgen's B, so the vectors cross
+    over), and a row-scaled point is timed in alternation with it."""
+    if bench.gpu.info.arch.cc != 90:
+        pytest.skip("FP8 kernels are hopper's (sm_90)")
+    named = NAMED_POINTS["hopper_e4m3"]
+    variant = dataclasses.replace(named.variant, scale="row")
+    assert variant == Variant(trans="nt", out="bf16", scale="row")
+    for shape in (Shape(384, 1024, 512), Shape(80, 4096, 2048)):
+        m = bench.measure_cublas("e4m3", shape, variant)
+        assert m.status == "ok", m.message
+    config = make_config(named.family, named.params, named.precision, bench.gpu.info.arch, variant)
+    bench.interleave = True
+    try:
+        m = bench.measure_point("hopper_e4m3_srow", config, Shape(384, 1024, 512))
+    finally:
+        bench.interleave = False
+    assert m.status == "ok", m.message
+    assert m.baseline is not None and m.baseline.runs == m.timing.runs, m.message
 
 
 def test_the_gpu_check_gives_the_host_checks_statistics(bench):

@@ -280,7 +280,7 @@ FAMILY = Family(
         Param("overlap", (0, 1), "1: each consumer stores the left half of a tile's C at once and holds the "
                                  "right half in registers, stored while its next tile multiplies; 0: the "
                                  "tensor cores wait for the whole store"),
-        Param("promote", (0, 1, 2, 4), "FP8 (e4m3): the promotion interval in k tiles of 128: the tensor cores sum "
+        Param("promote", (0, 1, 2, 4, 8, 16), "FP8 (e4m3): the promotion interval in k tiles of 128: the tensor cores sum "
                                        "that many k tiles from zero, then the sum is added to the accumulators in "
                                        "fp32; 0 lets the tensor cores accumulate all of K in their own precision "
                                        "(fast accumulation); 16-bit types: 0"),
