@@ -1,6 +1,5 @@
 // ---- PTX wrappers, sm_80 and newer: shared-memory addresses, cp.async, ldmatrix ----
-// One home for the inline PTX that more than one family emits (mma, hopper); ptx_sm90.cuh adds
-// the sm_90a instructions.
+// The inline PTX that more than one family emits (mma, hopper); ptx_sm90.cuh adds sm_90a's.
 
 // Shared-memory address of a generic pointer into shared memory, as PTX wants it.
 __device__ __forceinline__ unsigned gg_smem_addr(const void* p)
@@ -8,9 +7,8 @@ __device__ __forceinline__ unsigned gg_smem_addr(const void* p)
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Asynchronous copy of 16 (or 4) bytes global -> shared. Only `src_bytes` (0 or all) are read;
-// the rest of the destination is zero-filled, so a copy from outside a matrix writes zeros
-// (with src_bytes = 0 nothing is read: src may point outside the matrix).
+// Asynchronous copy of 16 (or 4) bytes global -> shared. Only `src_bytes` (0 or all) are read, the
+// rest zero-filled: with src_bytes = 0 nothing is read (src may lie outside the matrix), zeros written.
 __device__ __forceinline__ void gg_cp_async16(unsigned dst, const void* src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));

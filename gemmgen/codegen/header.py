@@ -135,11 +135,11 @@ def _workspace(config: KernelConfig, sk_flags: int) -> list[str]:
                 f"{MORE}launcher's grid is), since a block may wait for the partial sums of later ones."]
     if g.pack_vec:
         out += ["packing    : where the rows of A (or B) are not 16-byte aligned "
-                f"({'M' if v.a_transposed else 'K'}, or "
-                f"{'K' if v.b_transposed else 'N'}, not a multiple of",
-                f"{MORE}{g.pack_vec}, or the pointer misaligned), {config.name}_pack first copies that operand into a",
-                f"{MORE}buffer with zero-padded rows (gg_pack_plan says how many bytes); the GEMM kernel",
-                f"{MORE}then reads the copy{' through its tensor map' if g.tma else ''}."]
+                f"({'M' if v.a_transposed else 'K'}, or {'K' if v.b_transposed else 'N'}, not a multiple of "
+                f"{g.pack_vec}, or the",
+                f"{MORE}pointer misaligned), {config.name}_pack first copies that operand into",
+                f"{MORE}zero-padded rows (gg_pack_plan), which the GEMM kernel reads"
+                f"{' through its tensor map' if g.tma else ''}."]
     if not out:
         return ["workspace  : none"]
     return out + [f"{MORE}The launcher below owns this workspace, one per stream and device (gg_slot).",
