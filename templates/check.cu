@@ -1,6 +1,6 @@
-// gemmgen's verification on the GPU (gemmgen/gpucheck.py renders this file: Jinja includes the
+// gemmgen's verification on the GPU (gemmgen/measure/gpucheck.py renders this file: Jinja includes the
 // variant's codes and the float64 reference the harness uses too): the float64 inputs of the
-// reference product, and the statistics of a result C against it, as gemmgen/verify.py's
+// reference product, and the statistics of a result C against it, as gemmgen/measure/verify.py's
 // host_stats computes them: only a few numbers leave the GPU.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

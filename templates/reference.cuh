@@ -1,8 +1,8 @@
 // ---- gemmgen's float64 reference with the epilogue, and the statistics of C against it ----
-// One source for the GPU check (templates/check.cu, run by gemmgen/gpucheck.py) and the harness's
+// One source for the GPU check (templates/check.cu, run by gemmgen/measure/gpucheck.py) and the harness's
 // main() (templates/harness.cuh.j2); needs the variant's codes (vocab.cuh.j2) and cuda_fp16.h and
 // cuda_bf16.h (at file scope: the harness includes this in a namespace) before it. The rule
-// is gemmgen/verify.py's (host_reference, epilogue, host_stats), which the host checks use: from
+// is gemmgen/measure/verify.py's (host_reference, epilogue, host_stats), which the host checks use: from
 // the exact products prod = A @ B and absprod = |A| @ |B| in float64,
 //   ref   = act(alpha * prod + beta * C0 + bias)
 //   scale = |alpha| * absprod + |beta * C0| + |bias|
@@ -51,7 +51,7 @@ struct gg_ref_stats {
 };
 
 // Counts element i of C, of value c, against its reference e, with the elementwise tolerance
-// elem_tol (gemmgen/tolerance.py's elementwise_tolerance at the product's K).
+// elem_tol (gemmgen/describe/tolerance.py's elementwise_tolerance at the product's K).
 __host__ __device__ inline void gg_ref_count(gg_ref_stats& s, unsigned long long i, double c, gg_ref_expected e,
                                              double elem_tol)
 {

@@ -43,8 +43,8 @@ def environment() -> jinja2.Environment:
 
 def harness_checks(precision: str, variant: Variant) -> dict:
     """What templates/harness.cuh.j2 renders from Python, so that the harness judges a kernel as
-    gemmgen/verify.py does: ``checks``, verify.CHECKS' (alpha, beta) pairs as C literals' digits,
-    and the tolerances of gemmgen/tolerance.py for ``precision`` into ``variant``'s C type with
+    gemmgen/measure/verify.py does: ``checks``, verify.CHECKS' (alpha, beta) pairs as C literals' digits,
+    and the tolerances of gemmgen/describe/tolerance.py for ``precision`` into ``variant``'s C type with
     its activation, which the harness needs at any K it is run with: ``elem`` = (e0, e1) with
     ``elementwise_tolerance(K) = e0 + e1 * K`` and ``norm`` = (n0, n1) with
     ``normwise_tolerance(K) = n0 + n1 * sqrt(K)``, as reprs. The coefficients are read off
@@ -63,7 +63,7 @@ def harness_checks(precision: str, variant: Variant) -> dict:
     for k in (1, 2, 3, 1000, 4093, MAX_DIM):
         if not (math.isclose(e0 + e1 * k, elem(k), rel_tol=1e-9)
                 and math.isclose(n0 + n1 * math.sqrt(k), norm(k), rel_tol=1e-9)):
-            raise ValueError(f"gemmgen/tolerance.py's tolerance for {precision} {variant.text} is not affine in K "
+            raise ValueError(f"gemmgen/describe/tolerance.py's tolerance for {precision} {variant.text} is not affine in K "
                              f"and sqrt(K) (at K = {k}): the harness cannot render it")
     return {"elem": (repr(e0), repr(e1)), "norm": (repr(n0), repr(n1)),
             "checks": [(repr(float(alpha)), repr(float(beta))) for alpha, beta in tolerance.CHECKS]}
@@ -72,7 +72,7 @@ def harness_checks(precision: str, variant: Variant) -> dict:
 def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool = False) -> str:
     """Standalone CUDA source for ``config``: header comment, kernel, C launcher and, with
     ``harness``, a main() that checks the kernel's variant against a float64 reference (as
-    gemmgen/verify.py) and times it. Every value in the source comes from a validated
+    gemmgen/measure/verify.py) and times it. Every value in the source comes from a validated
     KernelConfig; raises jinja2.TemplateError only on a bug in a template. The templates' code
     for other points and variants is trimmed away (gemmgen.codegen.trim), unless ``untrimmed``."""
     g = config.geometry

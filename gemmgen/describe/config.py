@@ -1,6 +1,6 @@
 """KernelConfig: one validated point of a family's space, and its canonical name.
 
-Its canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is gemmgen.names': built from
+Its canonical name (e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``) is gemmgen.describe.names': built from
 every parameter, the precision and the variant, and read back there.
 """
 

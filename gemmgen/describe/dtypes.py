@@ -1,7 +1,7 @@
 """One home for what gemmgen knows about each precision: the element type of A and B and its
 codes for CUDA, cuBLAS, TMA, PTX and PyTorch, how the float64 reference reads it, the rounding
 units the tolerance is built from, and the oldest GPU that computes in it. fp32, fp16 and bf16
-are also the types C can be stored in (gemmgen.problem.OUTPUTS); ``u_store`` is the rounding of
+are also the types C can be stored in (gemmgen.describe.problem.OUTPUTS); ``u_store`` is the rounding of
 that store.
 
 Every module reads these facts from here (``PRECISIONS[name]`` or :func:`get`); none keeps a

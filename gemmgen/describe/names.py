@@ -3,7 +3,7 @@
 A name is ``<family>_<middle>_<precision><variant>``, e.g. ``warp_128x128x8_w64x32_t8x8_b2_fp32``
 or ``hopper_128x256_c2_s4_g8_bf16_nt_obf16``: the middle from the family's ``name_format``, then
 each of its ``name_options`` whose parameter is away from its neutral value; the variant's part
-from gemmgen.problem.FIELDS, each key only away from its default. It names the kernel everywhere:
+from gemmgen.describe.problem.FIELDS, each key only away from its default. It names the kernel everywhere:
 its symbol in the emitted source, the build-cache key (with the target) and the database key.
 
 :func:`kernel_name` builds it; :func:`parse_name` reads it back (family, precision, parameters

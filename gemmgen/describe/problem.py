@@ -59,7 +59,7 @@ class Field:
     """One key of the problem variant, declared once: its values, its default, what it means, how a
     canonical name writes it and its C++ codes. Everything that names a variant reads FIELDS:
     Variant (its attributes, checks and suffix), ``--set`` and the command-line options, the
-    database's columns and their defaults, the canonical names (gemmgen.names) and the header the
+    database's columns and their defaults, the canonical names (gemmgen.describe.names) and the header the
     templates get the codes from (templates/vocab.cuh.j2)."""
 
     key: str  # Variant's attribute, the --set key, the database column
@@ -266,7 +266,7 @@ class Variant:
 
     @property
     def suffix(self) -> str:
-        """The canonical name's variant part: empty for the default (gemmgen.names reads it back)."""
+        """The canonical name's variant part: empty for the default (gemmgen.describe.names reads it back)."""
         return "".join(f.name_text(value) for f, value in self._pairs())
 
     @property

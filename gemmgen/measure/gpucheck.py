@@ -1,8 +1,8 @@
 """Verification on the GPU. The float64 references of a set of operands -- the exact product of
 its inputs and of their absolute values, by cuBLAS's dgemm -- are made once, on the GPU, and kept
-there; each result C is then reduced there to :class:`gemmgen.verify.Stats` (templates/check.cu,
+there; each result C is then reduced there to :class:`gemmgen.measure.verify.Stats` (templates/check.cu,
 with templates/reference.cuh: the float64 reference and epilogue the emitted harness uses too,
-verify.py's rule) and judged by :func:`gemmgen.verify.judge`: the checks and constants of
+verify.py's rule) and judged by :func:`gemmgen.measure.verify.judge`: the checks and constants of
 verify.compare, with a few numbers read back instead of M x N elements and their references.
 
 Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
@@ -51,7 +51,7 @@ def check_source() -> str:
 
 class GpuChecker:
     """Makes references and judges results on the GPU of ``gpu`` (gemmgen.measure.device.Gpu), with
-    ``cublas`` (gemmgen.cublas.Cublas) for the float64 products."""
+    ``cublas`` (gemmgen.measure.cublas.Cublas) for the float64 products."""
 
     def __init__(self, gpu, cublas):
         from pycuda.compiler import SourceModule

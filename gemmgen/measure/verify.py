@@ -1,9 +1,9 @@
-"""Checking a kernel's C against a float64 reference (see gemmgen/tolerance.py for the bounds).
+"""Checking a kernel's C against a float64 reference (see gemmgen/describe/tolerance.py for the bounds).
 
 Inputs are uniform(-1, 1) random numbers, never zeros. The reference is computed from exactly the
 values the kernel reads (fp16/bf16 inputs are upcast exactly; tf32 kernels are compared with the
 fp32 inputs, so their input rounding counts as error, as it should). The statistics of C against
-it come from the host (:func:`host_stats`) or the GPU (gemmgen.gpucheck); :func:`judge` decides.
+it come from the host (:func:`host_stats`) or the GPU (gemmgen.measure.gpucheck); :func:`judge` decides.
 
 The rule -- :func:`host_reference`, :func:`epilogue` (:func:`activation`) and :func:`host_stats`'
 elementwise count -- is written once more, in C++, for the GPU: templates/reference.cuh, which the
@@ -89,7 +89,7 @@ def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
 
 
 def product_operands(a64: np.ndarray, b64: np.ndarray, variant) -> tuple[np.ndarray, np.ndarray]:
-    """A (M x K) and B (K x N) of the product, from A and B as ``variant`` (gemmgen.problem.Variant)
+    """A (M x K) and B (K x N) of the product, from A and B as ``variant`` (gemmgen.describe.problem.Variant)
     stores them (Variant.a_dims, b_dims): transposed views of an operand stored transposed. For
     host_reference."""
     return (a64.T if variant.a_transposed else a64), (b64.T if variant.b_transposed else b64)
@@ -149,7 +149,7 @@ def host_stats(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str
 
 def judge(stats: Stats, precision: str, k: int, out: str = "fp32", act: str = "none") -> Verdict:
     """The verdict on C from its Stats: ok when no element is NaN or Inf and both checks of
-    gemmgen/tolerance.py pass over the finite elements."""
+    gemmgen/describe/tolerance.py pass over the finite elements."""
     err_norm = math.sqrt(stats.err2)
     norm = tolerance.normwise_norm(math.sqrt(stats.ref2), math.sqrt(stats.scale2), k)
     rel = err_norm / norm if norm > 0 else err_norm
@@ -169,7 +169,7 @@ def judge(stats: Stats, precision: str, k: int, out: str = "fp32", act: str = "n
 def compare(c: np.ndarray, ref: np.ndarray, scale: np.ndarray, precision: str, k: int, out: str = "fp32",
             act: str = "none") -> Verdict:
     """Judge C (float32, M x N) against ref and scale = |alpha| |A||B| + |beta C0| (+ |bias|)
-    (float64, as host_reference and epilogue give them) by both checks of gemmgen/tolerance.py,
+    (float64, as host_reference and epilogue give them) by both checks of gemmgen/describe/tolerance.py,
     for inner dimension k. ok when no element is NaN or Inf and both checks pass over the finite
     elements."""
     return judge(host_stats(c, ref, scale, precision, k, out, act), precision, k, out, act)
@@ -188,7 +188,7 @@ def host_reference(a64: np.ndarray, b64: np.ndarray, c0: np.ndarray, alpha: floa
 
 
 def activation(x: np.ndarray, act: str) -> np.ndarray:
-    """The activation of gemmgen.problem.FIELD["act"], exactly (float64): none, relu, gelu (the
+    """The activation of gemmgen.describe.problem.FIELD["act"], exactly (float64): none, relu, gelu (the
     tanh approximation, as torch's gelu(approximate="tanh")), silu."""
     if act == "none":
         return x

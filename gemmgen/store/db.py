@@ -120,7 +120,7 @@ class Kernel(Base):
     """One compiled kernel: canonical name, target and the hashes of what produced its source.
 
     ``trans``, ``out``, ``bias``, ``act``, ``batch`` and ``scale`` are the problem variant it
-    computes (gemmgen.problem.Variant), always the one its name says (``variant_of(name)``): columns
+    computes (gemmgen.describe.problem.Variant), always the one its name says (``variant_of(name)``): columns
     so that SQL can select a variant without parsing names. They are deferred (not loaded with the
     row), so that a database of an older schema, read without migrating, can still be read.
     """
@@ -141,7 +141,7 @@ class Kernel(Base):
     BK: Mapped[int | None] = mapped_column("bk", Integer, index=True)
     template_hash: Mapped[str] = mapped_column(String(128), default="")
     source_hash: Mapped[str] = mapped_column(String(128), default="")
-    # the variant (gemmgen.problem.Variant); server defaults: what rows of schema 2 computed
+    # the variant (gemmgen.describe.problem.Variant); server defaults: what rows of schema 2 computed
     trans: Mapped[str] = mapped_column(String(8), server_default=FIELD["trans"].default, deferred=True)
     out: Mapped[str] = mapped_column(String(8), server_default=FIELD["out"].default, deferred=True)
     bias: Mapped[str] = mapped_column(String(8), server_default=FIELD["bias"].default, deferred=True)
@@ -238,7 +238,7 @@ class ResultRow:
     kernel: str
     family: str
     precision: str
-    trans: str  # the kernel's problem variant (gemmgen.problem.Variant): layouts of A and B,
+    trans: str  # the kernel's problem variant (gemmgen.describe.problem.Variant): layouts of A and B,
     out: str  # C's type,
     bias: str  # the bias vector it adds
     act: str  # its activation
@@ -450,7 +450,7 @@ class ResultsDB:
 
         On creation BM, BN and BK are copied from ``params`` where present, and the variant
         columns (trans, out, bias, act, batch, scale) are what the name says
-        (gemmgen.names.variant_of: a canonical name's or cuBLAS's ``cublas_<precision><suffix>``);
+        (gemmgen.describe.names.variant_of: a canonical name's or cuBLAS's ``cublas_<precision><suffix>``);
         ``variant``, where given, must be that one (ValueError otherwise: the name is the key, and
         must say what the kernel computes). An existing row is returned as it is (its family,
         precision and params are not compared or updated).
@@ -458,7 +458,7 @@ class ResultsDB:
         named = variant_of(str(name))
         if variant is not None and variant != named:
             raise ValueError(f"kernel {name!r} is named for the variant {named.text!r}, not {variant.text!r}: "
-                             "a name carries its variant's suffix (gemmgen.problem.Variant.suffix)")
+                             "a name carries its variant's suffix (gemmgen.describe.problem.Variant.suffix)")
         params = {str(k): _plain(v) for k, v in (params or {}).items()}
         tiles = {key: int(params[key]) if isinstance(params.get(key), int) else None
                  for key in ("BM", "BN", "BK")}
@@ -587,7 +587,7 @@ class ResultsDB:
 
         family, precision, arch (the kernel's) and tag match exactly; ``device`` is a
         case-insensitive substring of the device name; ``shape`` is (M, N, K); ``status`` is one
-        status or several. ``variant``: a gemmgen.problem.Variant (kernels computing exactly it),
+        status or several. ``variant``: a gemmgen.describe.problem.Variant (kernels computing exactly it),
         or a mapping of some of its keys (``{"trans": "nt"}``: any C type, bias and activation);
         where a database of an older schema, read without migrating, has no column of a key,
         the kernels' names are read instead. ``batch_count``: measurements of that many products
@@ -657,7 +657,7 @@ def _variant_filter(variant) -> dict[str, str]:
     try:
         given = {str(key): str(value).strip().lower() for key, value in dict(variant).items() if value is not None}
     except (TypeError, ValueError) as err:
-        raise ResultsDBError(f"variant must be a gemmgen.problem.Variant or a mapping of {', '.join(VARIANT_KEYS)}; "
+        raise ResultsDBError(f"variant must be a gemmgen.describe.problem.Variant or a mapping of {', '.join(VARIANT_KEYS)}; "
                              f"got {variant!r}") from err
     unknown = [key for key in given if key not in VARIANT_KEYS]
     if unknown:

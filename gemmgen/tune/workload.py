@@ -1,4 +1,4 @@
-"""`gemmgen tune --workload FILE`: every (precision, shape) of a workload (gemmgen.workload), one
+"""`gemmgen tune --workload FILE`: every (precision, shape) of a workload (gemmgen.describe.workload), one
 study per shape -- the study `gemmgen tune --family F --precision P --shape S` works on, so that
 the two share it -- each tuned by tune.devices.tune with the per-shape budget.
 

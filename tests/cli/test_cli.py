@@ -148,7 +148,7 @@ def test_best_with_nothing_stored_exits_2_and_says_so(capsys, tmp_path):
 
 
 def test_best_and_emit_best_follow_the_ratio_to_cublas_not_raw_tflops(capsys, tmp_path):
-    """The policy of gemmgen.best: a kernel timed once on a fast moment of the GPU loses to one
+    """The policy of gemmgen.selection.best: a kernel timed once on a fast moment of the GPU loses to one
     that beat the cuBLAS run next to it by more; emit best writes the winner's source."""
     import time
 
@@ -379,7 +379,7 @@ def test_emit_harness_of_a_variant(capsys):
 
 @pytest.mark.parametrize("command", ["emit", "build", "bench", "tune", "best", "results"])
 def test_every_command_that_takes_a_variant_takes_the_same_four_options(command):
-    """One function adds them (gemmgen.cli.add_variant_arguments): the same choices everywhere."""
+    """One function adds them (gemmgen.cli.args.add_variant_arguments): the same choices everywhere."""
     from gemmgen.describe.problem import ACTIVATIONS, BIASES, LAYOUTS, OUTPUTS
 
     parser = gemmgen.cli.main.build_parser()

@@ -462,7 +462,7 @@ def test_sql_runs_on_the_shipped_results(doc, tmp_path):
 
 @pytest.mark.parametrize("doc", WORKLOAD_DOCS, ids=[str(d.relative_to(ROOT)) for d in WORKLOAD_DOCS])
 def test_workload_examples_load(doc, tmp_path):
-    """A ```toml block with [[shape]] tables is a workload file: gemmgen.workload must load it."""
+    """A ```toml block with [[shape]] tables is a workload file: gemmgen.describe.workload must load it."""
     from gemmgen.describe.workload import load_workload
 
     examples = [b for b in blocks(doc) if _is_workload(b)]

@@ -12,7 +12,7 @@ from gemmgen.describe.problem import Variant
 from gemmgen.errors import InvalidPoint
 
 
-# hopper's batched launcher is its own engineer's (gemmgen/families/hopper.py declares it when it lands)
+# hopper's batched launcher is its own engineer's (gemmgen/describe/families/hopper.py declares it when it lands)
 @pytest.mark.parametrize("family", sorted(f for f in FAMILIES if f not in ("mma", "warp", "hopper")))
 def test_families_without_a_batched_template_refuse_it_in_one_line(family):
     fam = FAMILIES[family]

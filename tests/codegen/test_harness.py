@@ -1,7 +1,7 @@
 """`emit --harness` for every problem variant, without a GPU: the main() templates/harness.cuh.j2
 adds reads A and B as the variant stores them, keeps C and the bias in C's type, applies the
-variant's epilogue in its float64 reference and judges by gemmgen/tolerance.py's numbers and
-gemmgen/verify.py's checks (rendered from them); single kernels and dispatchers of a variant
+variant's epilogue in its float64 reference and judges by gemmgen/describe/tolerance.py's numbers and
+gemmgen/measure/verify.py's checks (rendered from them); single kernels and dispatchers of a variant
 compile and link with it. tests/codegen/test_gpu_harness.py runs these programs (POINTS, DISPATCHERS)."""
 
 import re

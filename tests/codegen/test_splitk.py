@@ -2,7 +2,7 @@
 `_k` / `_g` parts), constraints at BM = 16, the emitted source (header, kernel signature,
 launcher), and nvcc builds without spills. The launcher's grid and workspace: test_launcher.py.
 
-The expected numbers are worked out by hand from the definitions in gemmgen/families/warp.py and
+The expected numbers are worked out by hand from the definitions in gemmgen/describe/families/warp.py and
 templates/common.cuh.j2; the GPU tests (test_gpu_splitk.py) check the results themselves.
 """
 

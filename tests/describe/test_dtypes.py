@@ -1,4 +1,4 @@
-"""gemmgen.dtypes, the one home of the facts about each precision: its values, and that the
+"""gemmgen.describe.dtypes, the one home of the facts about each precision: its values, and that the
 modules that used to keep their own tables now give the same answers from it."""
 
 import pytest

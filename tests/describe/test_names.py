@@ -1,4 +1,4 @@
-"""Canonical names (gemmgen.names): built and read back in one place. The one round-trip test of
+"""Canonical names (gemmgen.describe.names): built and read back in one place. The one round-trip test of
 the parse-back, and the variant part of stored names (cuBLAS's included)."""
 
 import random
@@ -16,7 +16,7 @@ from gemmgen.errors import InvalidPoint
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_points_round_trip_through_their_canonical_names(family):
     """The family's named points and points drawn at random, half of them in a variant drawn at
-    random (every key of gemmgen.problem.FIELDS), read back from their canonical names as the same
+    random (every key of gemmgen.describe.problem.FIELDS), read back from their canonical names as the same
     family, precision, parameters and variant, and resolved to the same point."""
     fam = FAMILIES[family]
     rng = random.Random(1234)

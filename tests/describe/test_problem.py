@@ -78,7 +78,7 @@ def test_a_variant_refuses_what_it_does_not_know_in_one_line(make, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-# ---- the variant's vocabulary: one field table (gemmgen.problem.FIELDS) --------------------------
+# ---- the variant's vocabulary: one field table (gemmgen.describe.problem.FIELDS) --------------------------
 
 def test_variant_is_the_field_table():
     """Variant's attributes are FIELDS' keys in order, each defaulting to its field's default, and

@@ -1,7 +1,7 @@
 """The one float64 reference with the epilogue in C++ (templates/reference.cuh), which the GPU check
-(templates/check.cu) and the harness include, against gemmgen/verify.py's rule, without a GPU:
+(templates/check.cu) and the harness include, against gemmgen/measure/verify.py's rule, without a GPU:
 its functions are __host__ __device__, so a host program built by nvcc runs them here. And the
-codes C++ reads them by (templates/vocab.cuh.j2) are gemmgen.problem.FIELDS'."""
+codes C++ reads them by (templates/vocab.cuh.j2) are gemmgen.describe.problem.FIELDS'."""
 
 import re
 import subprocess
@@ -112,5 +112,5 @@ def test_the_cpp_codes_are_the_field_tables():
 
 @pytest.mark.nvcc
 def test_the_gpu_check_compiles(tmp_path):
-    """templates/check.cu as gemmgen.gpucheck builds it (PyCUDA compiles it on the GPU machine)."""
+    """templates/check.cu as gemmgen.measure.gpucheck builds it (PyCUDA compiles it on the GPU machine)."""
     nvcc_compile(check_source(), tmp_path / "check.o", "sm_90", "-c")

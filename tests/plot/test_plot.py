@@ -1,5 +1,5 @@
 """`gemmgen plot` on the shipped results (a copy of results/h100.db, never the file itself), without
-a GPU: each kind's numbers against the database and gemmgen.best, each picture as PNG and SVG
+a GPU: each kind's numbers against the database and gemmgen.selection.best, each picture as PNG and SVG
 (the SVG keeps its text, so the numbers drawn are read back), the user errors, and
 optuna-dashboard on the shipped studies (tests/cli/test_docs.py runs the commands of docs/plots.md)."""
 
@@ -197,7 +197,7 @@ def test_history_counts_and_marks_failed_trials(db, db_file, tmp_path):
 
 def _expected_ladder(db) -> dict[str, dict[Shape, tuple[str, float, float | None]]]:
     """The test's own reading of the ladder: for each of v1..v6 stored at a suite shape, per shape
-    its kernel, highest TFLOP/s and gemmgen.best score there."""
+    its kernel, highest TFLOP/s and gemmgen.selection.best score there."""
     expected = {}
     for name in LADDER:
         point = NAMED_POINTS[name]

@@ -2,7 +2,7 @@
 and loaded with gemmgen.torch.load (built for the target their header names), then called on torch
 tensors in ONE process, kernels and odd shapes in a shuffled order, with out allocated, given and
 NaN-poisoned, and accumulated into (beta != 0); every result is judged against torch's float64
-product by gemmgen.verify (the bounds of gemmgen/tolerance.py). Then: the work goes on torch's
+product by gemmgen.measure.verify (the bounds of gemmgen/describe/tolerance.py). Then: the work goes on torch's
 current stream (a side stream kept busy first), a call from another thread, empty products, and
 each of gemmgen.torch's refusals raised through real tensors. Last, a problem variant (sm_90): a
 hopper kernel, and a dispatcher of two, computing F.gelu(F.linear(x, w, b), approximate="tanh")
@@ -71,12 +71,12 @@ def ops(cu_files, build_cache):
 
 
 def random_input(rng, rows, cols, dtype):
-    """uniform(-1, 1) values (gemmgen.verify's), rounded to ``dtype`` on the GPU."""
+    """uniform(-1, 1) values (gemmgen.measure.verify's), rounded to ``dtype`` on the GPU."""
     return torch.from_numpy(verify.random_matrix(rng, rows, cols, "fp32")).cuda().to(dtype)
 
 
 def judge(op, a, b, c, c0, alpha, beta):
-    """gemmgen.verify's verdict on C against torch's float64 product of the values the kernel read;
+    """gemmgen.measure.verify's verdict on C against torch's float64 product of the values the kernel read;
     as verify.host_reference, on the GPU (C0: C before the call, not read where beta == 0)."""
     a64, b64 = a.double(), b.double()
     ref = alpha * (a64 @ b64)
@@ -366,7 +366,7 @@ def linear_inputs(np_rng, m, n, k):
 
 
 def judge_linear(c, x, w, b, c0=None, alpha=1.0, beta=0.0):
-    """gemmgen.verify's verdict on C = gelu(alpha * x @ w^T + beta * C0 + b) (bf16 C, tanh GELU)
+    """gemmgen.measure.verify's verdict on C = gelu(alpha * x @ w^T + beta * C0 + b) (bf16 C, tanh GELU)
     against the float64 result of the values the kernel read, by the bounds of tolerance.py."""
     x64, w64 = x.double(), w.double()
     ref = alpha * (x64 @ w64.T)
@@ -398,7 +398,7 @@ def close_to(c, expected):
 
 @pytest.mark.parametrize("which", ["kernel", "dispatcher"])
 def test_nt_bf16_bias_gelu_is_torchs_gelu_of_linear(linear_ops, which):
-    """op(x, w, bias=b) with w as nn.Linear keeps it (N x K): bf16 C, right by gemmgen.verify's
+    """op(x, w, bias=b) with w as nn.Linear keeps it (N x K): bf16 C, right by gemmgen.measure.verify's
     float64 check and as close to F.gelu(F.linear(x, w, b), approximate="tanh") as bf16 allows;
     also with out given (NaN-poisoned) and accumulated into (beta != 0)."""
     op, np_rng, failures = linear_ops[which], np.random.default_rng(SEED), []

@@ -3,7 +3,7 @@ as a user calls them, in ONE process: mma and warp kernels of several variants l
 .cu files and called on 3-D tensors -- batch counts 1, 3 and 7, odd shapes, a shared operand from
 expand (batch stride 0), a padded out (batch stride > M * N), a NaN-poisoned out with beta = 0,
 accumulation (beta != 0), a bias per product and one for all -- each result against torch.bmm /
-torch.baddbmm in float64 with the bias and activation (the bounds of gemmgen/tolerance.py), every
+torch.baddbmm in float64 with the bias and activation (the bounds of gemmgen/describe/tolerance.py), every
 matrix of the batch; then empty batches and a refusal raised through real tensors. One of the
 libraries is a batched dispatcher (emit --dispatch --batch-mode strided) of two kernels: load()
 gives a BatchedGemmOp for it too, and its calls go to both kernels."""

@@ -2,7 +2,7 @@
 hopper_e4m3 (promoted sums) is emitted with row-wise scales and a column bias, and with one scale
 per tensor, built by gemmgen.torch.load, and called like torch._scaled_mm on float8_e4m3fn tensors
 and float32 scale tensors in ONE process, shapes and calls mixed: each result is judged against
-the float64 product of the exact FP8 values and scales (gemmgen.verify's bounds), and the
+the float64 product of the exact FP8 values and scales (gemmgen.measure.verify's bounds), and the
 scales' shapes torch._scaled_mm takes ((M, 1) and (1, N), or vectors; one element each) are
 taken. Then: torch.compile(fullgraph=True), a CUDA graph replayed after the scales change in
 place, the refusals of wrong scales, and Fp8Linear (an nn.Linear quantized row by row, alone and
@@ -51,7 +51,7 @@ def fp8_ops(tmp_path_factory, build_cache):
 
 
 def fp8(np_rng, rows, cols):
-    """uniform(-1, 1) values as float8_e4m3fn (gemmgen.verify's rounding: the values the kernel reads)."""
+    """uniform(-1, 1) values as float8_e4m3fn (gemmgen.measure.verify's rounding: the values the kernel reads)."""
     return torch.from_numpy(verify.random_matrix(np_rng, rows, cols, "e4m3")).cuda().view(torch.float8_e4m3fn)
 
 
@@ -65,7 +65,7 @@ def scales_for(np_rng, scaling, m, n, as_vectors=False):
 
 
 def judge(c, a, b, sa, sb, bias=None, alpha=1.0):
-    """gemmgen.verify's verdict on C (bf16) against alpha * sa[i] * sb[j] * (a @ b.T) + bias in
+    """gemmgen.measure.verify's verdict on C (bf16) against alpha * sa[i] * sb[j] * (a @ b.T) + bias in
     float64, from the exact FP8 values and fp32 scales."""
     m, n = c.shape
     a64 = a.double() * sa.double().reshape(-1, 1)

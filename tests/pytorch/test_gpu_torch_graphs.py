@@ -100,7 +100,7 @@ def linear_inputs(gen, m, n, k, bias=True):
 
 
 def judge_linear(c, x, w, b):
-    """gemmgen.verify's verdict on C = x @ w^T + b (bf16) against float64, by tolerance.py's bounds."""
+    """gemmgen.measure.verify's verdict on C = x @ w^T + b (bf16) against float64, by tolerance.py's bounds."""
     x64, w64 = x.double(), w.double()
     ref, scale = x64 @ w64.T, x64.abs() @ w64.abs().T
     ref, scale = verify.epilogue(ref.cpu().numpy(), scale.cpu().numpy(),

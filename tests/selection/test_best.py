@@ -1,4 +1,4 @@
-"""gemmgen.best, the one policy for "which stored kernel is best", without a GPU."""
+"""gemmgen.selection.best, the one policy for "which stored kernel is best", without a GPU."""
 
 import pytest
 from stored import dated, store

@@ -1,5 +1,5 @@
 """`emit --dispatch` without a GPU: which kernels a dispatcher takes from the results database
-(gemmgen.dispatch.select), the file it writes, built as a library with nvcc, asked which kernel
+(gemmgen.selection.dispatch.select), the file it writes, built as a library with nvcc, asked which kernel
 each shape gets (<launcher>_choice) and what a launch needs (_describe), and the CLI's errors."""
 
 import shlex

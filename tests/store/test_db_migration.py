@@ -150,7 +150,7 @@ def test_kernel_records_the_variant_its_name_says(tmp_path):
 @pytest.mark.parametrize("variant, message", [
     ({"transpose": "nt"}, "unknown variant key 'transpose'; keys: trans, out, bias, act, batch, scale$"),
     ({"act": "tanh"}, "act='tanh' is not allowed"),
-    ("nt", "variant must be a gemmgen.problem.Variant or a mapping"),
+    ("nt", "variant must be a gemmgen.describe.problem.Variant or a mapping"),
 ])
 def test_a_bad_variant_filter_is_one_error(tmp_path, variant, message):
     with ResultsDB(f"sqlite:///{tmp_path / 'r.db'}") as db, pytest.raises(ResultsDBError, match=message):

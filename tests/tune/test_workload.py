@@ -1,4 +1,4 @@
-"""Workloads: the file format (gemmgen.workload) and `gemmgen tune --workload` without a GPU -- the
+"""Workloads: the file format (gemmgen.describe.workload) and `gemmgen tune --workload` without a GPU -- the
 GPU step is the deterministic stand-in of fakes.py, recording into a real results database, with
 the Optuna studies on SQLite in tmp_path."""
 

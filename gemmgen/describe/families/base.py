@@ -2,7 +2,7 @@
 geometry derived from them, and the constraints that are particular to it.
 
 Constraints shared by every family (threads per block, shared memory, architecture) are applied
-in :mod:`gemmgen.constraints`, so a family only states what is its own.
+in :mod:`gemmgen.describe.constraints`, so a family only states what is its own.
 """
 
 import re
@@ -93,14 +93,14 @@ class Family:
     """One algorithm family: a template in templates/ and the rules of its parameter space.
 
     ``derive(params, precision, variant)`` returns the constants the template needs, including
-    ``geometry``, for the problem variant ``variant`` (gemmgen.problem.Variant; one of
+    ``geometry``, for the problem variant ``variant`` (gemmgen.describe.problem.Variant; one of
     ``computes``, which a family that computes only the default ignores); it must not fail on a
     point that violates constraints (it may give nonsense there: ``check`` reports the point first).
     ``check(params, precision, derived, variant)`` returns one human-readable line per violated
     family-specific constraint, with the values involved.
-    ``computes`` declares the variants the template computes (gemmgen.problem.Variants): the
-    default alone unless it says more; gemmgen.constraints refuses the others in one line a key.
-    ``name_format`` builds the canonical name's middle part from the parameters (gemmgen.names).
+    ``computes`` declares the variants the template computes (gemmgen.describe.problem.Variants): the
+    default alone unless it says more; gemmgen.describe.constraints refuses the others in one line a key.
+    ``name_format`` builds the canonical name's middle part from the parameters (gemmgen.describe.names).
     ``name_options`` lists parameters that join the name only away from their neutral value:
     (parameter, format, neutral value), appended in order after ``name_format``; a format without
     a field is a flag, for a parameter of two values. Parameters added
