@@ -28,13 +28,16 @@ __device__ double gg_element(const void* x, int kind, long long i)
 }
 
 // y[i] = x[i] (or |x[i]|) in float64, for x of any kind gg_element reads, times the fp32
-// scale[(i / step) % count] where scale is not null (FP8's scale of the row of A, or column of B,
-// that element i is in: the product of float64 copies so scaled is the scaled product, exactly).
+// scale[(row / rdiv) * rmul + (col / cdiv) * cmul] where scale is not null, for element i at (row,
+// col) of x stored row-major with `cols` columns (FP8's scale of that element of A or B:
+// gemmgen/describe/scaling.py's stored_terms; the product of float64 copies so scaled is the scaled
+// product, exactly).
 __global__ void gg_to_f64(const void* x, int kind, double* y, long long n, int absolute, const float* scale,
-                          long long step, long long count)
+                          long long cols, long long rdiv, long long rmul, long long cdiv, long long cmul)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const double v = gg_element(x, kind, i) * (scale != nullptr ? (double)scale[(i / step) % count] : 1.0);
+        const long long row = i / cols, col = i % cols;
+        const double v = gg_element(x, kind, i) * (scale != nullptr ? (double)scale[row / rdiv * rmul + col / cdiv * cmul] : 1.0);
         y[i] = absolute ? fabs(v) : v;
     }
 }

@@ -9,6 +9,7 @@ too, so that both say them alike.
 import shlex
 
 from gemmgen import __version__
+from gemmgen.describe import scaling
 from gemmgen.describe.arch import MAX_GRID_Y
 from gemmgen.describe.config import KernelConfig
 from gemmgen.describe.dtypes import PRECISIONS
@@ -35,7 +36,8 @@ def emit_args(config: KernelConfig, harness: bool = False) -> str:
 
 def computes(variant: Variant) -> str:
     """What a launcher of ``variant`` computes, as its header and comments say it."""
-    product = {"tensor": "scale_a[0] * scale_b[0] * A @ B", "row": "scale_a[i] * scale_b[j] * (A @ B)[i][j]"}
+    product = {"tensor": "scale_a[0] * scale_b[0] * A @ B", "row": "scale_a[i] * scale_b[j] * (A @ B)[i][j]",
+               "block": "(A * SA) @ (B * SB)"}
     inner = (f"alpha * {product.get(variant.scale, 'A @ B')} + beta * C"
              + (" + bias" if variant.bias != "none" else ""))
     return f"{variant.act}({inner})" if variant.act != "none" else inner
@@ -45,10 +47,14 @@ def scale_lines(variant: Variant) -> list[str]:
     """The header's lines on FP8's scales (none for a launcher that is not scaled)."""
     if not variant.scaled:
         return []
-    count = "one value each" if variant.scale == "tensor" else "M values (rows of A) and N (columns of B)"
-    return [f"scales     : scale={variant.scale}: scale_a and scale_b, fp32 in device memory, {count},",
-            f"{MORE}the launcher's arguments after C{' and the bias' if variant.bias != 'none' else ''}; "
-            "read by every launch (a CUDA graph sees new values)"]
+    words_a, words_b = scaling.describe(variant.scale)
+    blocks = ([f"{MORE}SA and SB: each element's scale (A in 1 x 128 blocks along K, B in 128 x 128;",
+               f"{MORE}gemmgen/describe/scaling.py), applied to each 128 of K's sums before they are added"]
+              if variant.scale == "block" else [])
+    return [f"scales     : scale={variant.scale}: scale_a and scale_b, fp32 in device memory, the launcher's",
+            f"{MORE}arguments after C{' and the bias' if variant.bias != 'none' else ''}, read by every launch "
+            "(a CUDA graph sees new values):",
+            f"{MORE}scale_a {words_a};", f"{MORE}scale_b {words_b}", *blocks]
 
 
 def bias_doc(variant: Variant) -> str:

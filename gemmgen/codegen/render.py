@@ -10,7 +10,7 @@ import jinja2.meta
 from gemmgen.codegen.header import header_lines
 from gemmgen.codegen.launcher_abi import launcher_abi
 from gemmgen.codegen.trim import trim
-from gemmgen.describe import tolerance
+from gemmgen.describe import scaling, tolerance
 from gemmgen.describe.arch import MAX_GRID_Y
 from gemmgen.describe.config import KernelConfig
 from gemmgen.describe.dtypes import PRECISIONS
@@ -88,6 +88,7 @@ def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool =
         T=config.element_type,
         CT=config.output_type,
         v=config.variant,
+        scale_words=scaling.describe(config.variant.scale),  # what scale_a and scale_b hold, in words
         b_t="true" if config.variant.b_transposed else "false",
         cuda_headers=config.cuda_headers,
         c_bytes=PRECISIONS[config.variant.out].bytes,

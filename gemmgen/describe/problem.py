@@ -6,6 +6,7 @@ computes (Variants)."""
 import re
 from dataclasses import dataclass
 
+from gemmgen.describe import scaling
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.errors import InvalidParameter
 
@@ -166,10 +167,13 @@ FIELDS: tuple[Field, ...] = (
           "(docs/problems.md)", "_{}", option="--batch-mode", words=(("strided", "batched"),)),
     # FP8's scales, fp32 values in device memory that the launcher takes after the bias: tensor
     # (scale_a[0] and scale_b[0] multiply every product), row (scale_a[i] row i of C, scale_b[j]
-    # column j: torch._scaled_mm's row-wise scaling). Last in a name, so earlier names stand.
-    Field("scale", ("none", "tensor", "row"), "none",
+    # column j: torch._scaled_mm's row-wise scaling), block (1 x 128 blocks of A, 128 x 128 of B:
+    # DeepSeek-V3's recipe); describe/scaling.py has the layouts. Last in a name, so earlier names stand.
+    Field("scale", ("none", "tensor", "row", "block"), "none",
           "FP8's scales, fp32 in device memory after the bias: tensor (scale_a[0] * scale_b[0] multiplies A @ B), "
-          "row (scale_a[i] row i of A @ B, scale_b[j] column j: M and N values)", "_s{}", what="FP8's scaling"),
+          "row (scale_a[i] row i of A @ B, scale_b[j] column j: M and N values), block (a scale per row of A and "
+          "128 of K, and per 128 x 128 block of B: torch._scaled_mm's 1x128 and 128x128 layouts)", "_s{}",
+          what="FP8's scaling"),
 )
 FIELD: dict[str, Field] = {f.key: f for f in FIELDS}
 #: The keys that name a variant among a point's parameters (``--set trans=nt,out=bf16``).
@@ -201,7 +205,9 @@ class Variant:
         X[i] = X + i * stride_x  (strides in elements; 0 for A, B or bias: one shared by all)
 
     With ``scale`` (FP8), A @ B is scaled first, by fp32 values in device memory: ``tensor``
-    multiplies it by scale_a[0] * scale_b[0], ``row`` element (i, j) by scale_a[i] * scale_b[j].
+    multiplies it by scale_a[0] * scale_b[0], ``row`` element (i, j) by scale_a[i] * scale_b[j];
+    ``block`` scales A's elements per row and 128 of K, B's per 128 x 128 block, before the sum
+    over K (gemmgen.describe.scaling has the layouts).
 
     The attributes are FIELDS' keys, each defaulting to its field's default. The default (nn, fp32,
     no bias, no activation, not batched) is what every kernel computed before variants existed; a
@@ -246,10 +252,11 @@ class Variant:
         """FP8 scales in device memory (the launcher takes scale_a and scale_b)."""
         return self.scale != FIELD["scale"].default
 
-    def scale_lengths(self, m: int, n: int) -> tuple[int, ...]:
-        """How many fp32 values scale_a and scale_b hold for an M x N product: (1, 1) for
-        scale=tensor, (M, N) for row; () where the variant is not scaled."""
-        return {"tensor": (1, 1), "row": (m, n)}.get(self.scale, ())
+    def scale_lengths(self, m: int, n: int, k: int) -> tuple[int, ...]:
+        """How many fp32 values scale_a and scale_b hold for an M x N x K product: (1, 1) for
+        scale=tensor, (M, N) for row, (KB * M, ceil(N/128) * KBP) for block (gemmgen.describe.scaling);
+        () where the variant is not scaled."""
+        return scaling.lengths(self.scale, m, n, k)
 
     @property
     def out_type(self) -> str:

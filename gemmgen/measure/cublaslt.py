@@ -14,7 +14,10 @@ STRIDED_BATCH_OFFSET), the bias its own (CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE)
 FP8's row-wise scales (scale=row: element (i, j) times scale_a[i] * scale_b[j]) are cuBLASLt's
 outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9 and later): its "A"
 is gemmgen's B, so its A scale vector (N values) is scale_b and its B scale vector (M values)
-scale_a. Per-tensor scales are folded into alpha by the caller (gemmgen.measure.bench).
+scale_a. Block scales (scale=block: A in 1 x 128 blocks, B in 128 x 128; gemmgen.describe.scaling)
+are its VEC128_32F and BLK128x128_32F modes in the layouts torch._scaled_mm passes them in, which
+are gemmgen's: its A (gemmgen's B) takes the 128 x 128 blocks, its B the 1 x 128. Per-tensor scales
+are folded into alpha by the caller (gemmgen.measure.bench).
 
 A plan (descriptors, the algorithm cuBLASLt's heuristic picks with a 32 MiB workspace) is made
 once per problem and kept, so that a timed call queues the matmul only. Calls run on the default
@@ -34,7 +37,11 @@ _CUDA_R_32F = 0
 # cublasLtMatmulDescAttributes_t
 _DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_BIAS_BATCH_STRIDE = 3, 4, 7, 8, 10
 _DESC_A_SCALE_POINTER, _DESC_B_SCALE_POINTER, _DESC_A_SCALE_MODE, _DESC_B_SCALE_MODE = 17, 18, 31, 32
-_SCALE_OUTER_VEC_32F = 3  # cublasLtMatmulMatrixScale_t: a vector of fp32 scales along M, and along N
+# cublasLtMatmulMatrixScale_t: a vector of fp32 scales along M, and along N; one per 128 of K (and
+# row or column); one per 128 x 128 block
+_SCALE_OUTER_VEC_32F, _SCALE_VEC128_32F, _SCALE_BLK128x128_32F = 3, 4, 5
+# the scale modes of cuBLASLt's A (gemmgen's B) and B (gemmgen's A), by Variant.scale
+_SCALE_MODES = {"row": (_SCALE_OUTER_VEC_32F, _SCALE_OUTER_VEC_32F), "block": (_SCALE_BLK128x128_32F, _SCALE_VEC128_32F)}
 # cublasLtMatrixLayoutAttribute_t: a strided batch's count (int32) and stride in elements (int64)
 _LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 _PREF_MAX_WORKSPACE_BYTES = 1
@@ -141,10 +148,11 @@ class CublasLt:
             self._set(desc, _DESC_BIAS_POINTER, ctypes.c_void_p(bias))
             if batch != 1:
                 self._set(desc, _DESC_BIAS_BATCH_STRIDE, ctypes.c_int64(stride_bias))
-        if variant.scale == "row":
+        if variant.scale in _SCALE_MODES:
             scale_a, scale_b = scales
-            for attribute, value in ((_DESC_A_SCALE_MODE, ctypes.c_int(_SCALE_OUTER_VEC_32F)),
-                                     (_DESC_B_SCALE_MODE, ctypes.c_int(_SCALE_OUTER_VEC_32F)),
+            mode_a, mode_b = _SCALE_MODES[variant.scale]
+            for attribute, value in ((_DESC_A_SCALE_MODE, ctypes.c_int(mode_a)),
+                                     (_DESC_B_SCALE_MODE, ctypes.c_int(mode_b)),
                                      (_DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b)),  # cuBLASLt's A is our B
                                      (_DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a))):
                 self._set(desc, attribute, value)
@@ -181,20 +189,20 @@ class CublasLt:
         where cuBLASLt fuses no such epilogue (``supported``), has no algorithm for the problem
         (FP8, for one, wants leading dimensions of 16-byte multiples; outer-vector scales want
         cuBLAS 12.9), strides are given where the variant is not batched or missing where it is,
-        or scale=row comes without ``scales`` (the device addresses of scale_a's M and scale_b's N
-        fp32 values)."""
+        or scale=row or block comes without ``scales`` (the device addresses of scale_a's and
+        scale_b's fp32 values)."""
         why = supported(variant, precision)
         if why:
             raise CublasError(why)
         if variant.bias != "none" and not bias:
             raise CublasError(f"variant {variant.text} adds a bias: pass its device address")
-        if variant.scale == "row" and not (scales and all(scales)):
-            raise CublasError(f"variant {variant.text} scales rows and columns: pass scale_a's and scale_b's "
+        if variant.scale in _SCALE_MODES and not (scales and all(scales)):
+            raise CublasError(f"variant {variant.text} reads scale vectors: pass scale_a's and scale_b's "
                               "device addresses")
         check_batch(variant, batch, strides)
         strides = tuple(int(s) for s in strides) if strides is not None else (0, 0, 0, 0)
-        row_scales = tuple(int(s) for s in scales) if variant.scale == "row" else (0, 0)
-        return self._plan(precision, m, n, k, variant, bias or 0, int(batch), strides, row_scales)
+        vectors = tuple(int(s) for s in scales) if variant.scale in _SCALE_MODES else (0, 0)
+        return self._plan(precision, m, n, k, variant, bias or 0, int(batch), strides, vectors)
 
     def gemm(self, precision: str, m: int, n: int, k: int, alpha: float, a: int, b: int, beta: float, c: int,
              variant: Variant, bias: int | None = None, batch: int = 1,
@@ -203,8 +211,8 @@ class CublasLt:
         (N values of C's type, one per column), as gemmgen.measure.cublas.Cublas.gemm for the rest; a
         batched variant computes ``batch`` products in one call, ``strides`` = (stride_a, stride_b,
         stride_c, stride_bias) in elements (0 for A, B or the bias: one for every product);
-        scale=row multiplies element (i, j) of A @ B by scale_a[i] * scale_b[j] (``scales``: their
-        device addresses). Raises CublasError as :meth:`prepare` does."""
+        scale=row multiplies element (i, j) of A @ B by scale_a[i] * scale_b[j], scale=block each
+        element of A and B by its block's scale (``scales``: their device addresses). Raises CublasError as :meth:`prepare` does."""
         desc, layout_b, layout_a, layout_c, found = self.prepare(precision, m, n, k, variant, bias, batch, strides,
                                                                  scales)
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)

@@ -10,7 +10,7 @@ Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
 
 import numpy as np
 
-from gemmgen.describe import tolerance
+from gemmgen.describe import scaling, tolerance
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import FIELD, FIELDS, Variant
 from gemmgen.measure import verify
@@ -60,7 +60,7 @@ class GpuChecker:
         module = SourceModule(check_source(), no_extern_c=True)
         self._module = module
         self._to_f64 = module.get_function("gg_to_f64")
-        self._to_f64.prepare("PiPqiPqq")
+        self._to_f64.prepare("PiPqiPqqqqq")
         self._compare = module.get_function("gg_compare")
         self._compare.prepare("PiPPPdddqPPiqi")
         self._out = drv.mem_alloc(_OUT_WORDS * 8)
@@ -75,26 +75,26 @@ class GpuChecker:
         and b (K x N; stored N x K where ``b_transposed``), stored as ``precision``'s inputs (fp32
         for tf32); with ``batch``, of that many packed matrices of each (References.matrix). With
         FP8's ``scale`` (Variant.scale), of A and B scaled by the fp32 device vectors ``scales`` =
-        (scale_a, scale_b): row i of A by scale_a[i] and column j of B by scale_b[j] (``row``), or
-        by scale_a[0] and scale_b[0] (``tensor``)."""
+        (scale_a, scale_b), each element by its scale (gemmgen.describe.scaling: one each, per row
+        of A and column of B, or per block)."""
         drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
         if (scale != "none") != (scales is not None):
             raise ValueError(f"scale={scale}: pass its device vectors (scale_a, scale_b) as scales, and only then")
-        # (scale, step, count) per operand: element i's scale is scale[(i / step) % count]
-        a_scale, b_scale = (0, 1, 1), (0, 1, 1)
+        # (scale, row div, row mul, column div, column mul) per operand as stored (gg_to_f64)
+        a_scale, b_scale = (0, 1, 0, 1, 0), (0, 1, 0, 1, 0)
         if scales:
-            count_a, count_b = Variant(scale=scale).scale_lengths(m, n)
-            a_scale = (int(scales[0]), 1 if a_transposed else k, count_a)
-            b_scale = (int(scales[1]), k if b_transposed else 1, count_b)
+            a_scale = (int(scales[0]), *scaling.stored_terms(scale, "a", m, n, k, a_transposed))
+            b_scale = (int(scales[1]), *scaling.stored_terms(scale, "b", m, n, k, b_transposed))
+        a_cols, b_cols = (m if a_transposed else k), (k if b_transposed else n)
         a64, b64 = drv.mem_alloc(batch * m * k * 8), drv.mem_alloc(batch * k * n * 8)
         prod, absprod = drv.mem_alloc(batch * m * n * 8), drv.mem_alloc(batch * m * n * 8)
         try:
             for absolute, out in ((0, prod), (1, absprod)):
-                for src, dst, count, (at, step, every) in ((a, a64, batch * m * k, a_scale),
-                                                           (b, b64, batch * k * n, b_scale)):
+                for src, dst, count, cols, (at, *terms) in ((a, a64, batch * m * k, a_cols, a_scale),
+                                                             (b, b64, batch * k * n, b_cols, b_scale)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
-                                               np.int64(count), np.int32(absolute), np.uintp(at), np.int64(step),
-                                               np.int64(every))
+                                               np.int64(count), np.int32(absolute), np.uintp(at), np.int64(cols),
+                                               *(np.int64(t) for t in terms))
                 self.cublas.dgemm(m, n, k, int(a64), int(b64), int(out), b_transposed, a_transposed, batch)
             self.gpu.synchronize()
         except BaseException:

@@ -41,7 +41,7 @@ class Operands:
         self.c0 = drv.mem_alloc(batch * m * n * self.c_bytes)
         self.bias_len = self.strides[3]  # M or N values (0: no bias)
         self.bias = drv.mem_alloc(batch * self.bias_len * self.c_bytes) if self.bias_len else None
-        self.scale_lens = variant.scale_lengths(m, n)  # () where the variant is not scaled
+        self.scale_lens = variant.scale_lengths(m, n, k)  # () where the variant is not scaled
         self.scale_bufs = tuple(drv.mem_alloc(4 * count) for count in self.scale_lens)
         self.host_a = self.host_b = self.host_c0 = self.host_bias = None
         self.host_scales: tuple[np.ndarray, ...] = ()

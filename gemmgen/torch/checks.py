@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from gemmgen.describe import scaling
 from gemmgen.describe.arch import Arch, parse_arch
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Variant
@@ -212,27 +213,51 @@ def check_bias(bias: Operand | None, m: int, n: int, a: Operand, out: Operand | 
         raise TensorError("out overlaps bias in memory; C is written while the bias is read: pass an out of its own")
 
 
+def _block_layout(name: str, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(shape, strides) of torch._scaled_mm's block scales, gemmgen's layout (gemmgen.describe.scaling):
+    scale_a (M, KB) with strides (1, M); scale_b (KBP, ceil(N/128)) with strides (1, KBP)."""
+    kb, kbp = scaling.k_blocks(k), scaling.k_blocks_padded(k)
+    return ((m, kb), (1, m)) if name == "scale_a" else ((kbp, -(-n // scaling.BLOCK)), (1, kbp))
+
+
+def _check_block_scale(name: str, t: Operand, m: int, n: int, k: int) -> None:
+    shape, stride = _block_layout(name, m, n, k)
+    what = ("scale_a holds a scale per row of A and 128 of K" if name == "scale_a"
+            else "scale_b holds a scale per 128 x 128 block of B, K's blocks padded to a multiple of 4")
+    if tuple(t.shape) != shape:
+        raise TensorError(f"{name} must have shape {shape} (scale=block: {what}, as torch._scaled_mm takes it); "
+                          f"it has shape {tuple(t.shape)}")
+    if any(size > 1 and have != want for size, have, want in zip(t.shape, t.stride, stride)):
+        raise TensorError(f"{name} must have strides {stride} (column-major, as torch._scaled_mm takes block "
+                          f"scales); it has {tuple(t.stride)}: pass {name}.t().contiguous().t()")
+
+
 def check_scales(scale_a: Operand | None, scale_b: Operand | None, m: int, n: int, a: Operand,
-                 out: Operand | None, variant: Variant = Variant()) -> None:
+                 out: Operand | None, variant: Variant = Variant(), k: int = 0) -> None:
     """Raise TensorError unless scale_a and scale_b are what ``variant`` reads: None for a kernel
-    that is not scaled; else float32 tensors, dense, contiguous, on A's device, apart from out:
-    one value each for scale=tensor (shape (), (1,) or (1, 1)), M values for scale_a and N for
-    scale_b for scale=row (a vector, or torch._scaled_mm's (M, 1) and (1, N))."""
+    that is not scaled; else float32 tensors, dense, on A's device, apart from out: one value
+    each for scale=tensor (shape (), (1,) or (1, 1)), M values for scale_a and N for scale_b for
+    scale=row (a vector, or torch._scaled_mm's (M, 1) and (1, N)), both contiguous; for
+    scale=block (K needed) torch._scaled_mm's 1x128 and 128x128 layouts (_block_layout)."""
     if not variant.scaled:
         if scale_a is not None or scale_b is not None:
             raise TensorError(f"scale_a or scale_b was given, but this kernel is not scaled (variant {variant.text}): "
                               "pass no scales, or emit an FP8 kernel that reads them (gemmgen emit ... --scale row: "
-                              "M and N values; --scale tensor: one each)")
+                              "M and N values; --scale tensor: one each; --scale block: 1x128 and 128x128 blocks)")
         return
-    counts = dict(zip(("scale_a", "scale_b"), variant.scale_lengths(m, n)))
+    counts = dict(zip(("scale_a", "scale_b"), variant.scale_lengths(m, n, k)))
+    block = variant.scale == "block"
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
         count = counts[name]
         per = "row" if name == "scale_a" else "column"
-        what = "one value" if variant.scale == "tensor" else f"{count} values, one per {per} of C"
+        what = ("one value" if variant.scale == "tensor" else f"{count} values, one per {per} of C" if not block
+                else f"shape {_block_layout(name, m, n, k)[0]}")
         if t is None:
             raise TensorError(f"this kernel reads FP8 scales (variant {variant.text}): pass {name}=, a float32 "
                               f"tensor of {what}")
-        if len(t.shape) > 2 or math.prod(t.shape) != count or sum(size != 1 for size in t.shape) > 1:
+        if block:
+            _check_block_scale(name, t, m, n, k)
+        elif len(t.shape) > 2 or math.prod(t.shape) != count or sum(size != 1 for size in t.shape) > 1:
             raise TensorError(f"{name} must hold {what} (scale={variant.scale}) along one dimension; it has shape "
                               f"{tuple(t.shape)}")
         if t.dtype != "torch.float32":
@@ -240,7 +265,8 @@ def check_scales(scale_a: Operand | None, scale_b: Operand | None, m: int, n: in
         _check_dense_cuda(name, t)
         if t.device != a.device:
             raise TensorError(f"{name} is on {t.device} and a on {a.device}; put them on one device")
-        _check_row_major(name, t)
+        if not block:
+            _check_row_major(name, t)
         if out is not None and _overlaps(out, t):
             raise TensorError(f"out overlaps {name} in memory; C is written while the scales are read: pass an out "
                               "of its own")
@@ -291,7 +317,7 @@ def check_call(precision: str, a: Operand, b: Operand, out: Operand | None, beta
     else:
         check_out(out, m, n, a, b, variant)
     check_bias(bias, m, n, a, out, variant)
-    check_scales(scale_a, scale_b, m, n, a, out, variant)
+    check_scales(scale_a, scale_b, m, n, a, out, variant, k)
     return m, n, k
 
 

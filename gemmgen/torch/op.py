@@ -180,8 +180,11 @@ class GemmOp:
         An FP8 kernel of a scaled variant (``gemmgen emit ... --precision e4m3 --scale row``)
         takes a and b of torch.float8_e4m3fn and float32 device tensors scale_a and scale_b, as
         torch._scaled_mm does: one value each (scale=tensor), or M and N (scale=row: (M, 1) and
-        (1, N), or vectors); the product is ``scale_a[i] * scale_b[j] * (a @ b.T)[i][j]``. The
-        kernel reads them at every launch (a CUDA graph replays new values).
+        (1, N), or vectors); the product is ``scale_a[i] * scale_b[j] * (a @ b.T)[i][j]``. With
+        scale=block, scale_a (M, ceil(K/128)) scales row i of a and 128 of K, and scale_b
+        (KBP, ceil(N/128)) each 128 x 128 block of b, column-major, as torch._scaled_mm's 1x128
+        and 128x128 block scales (gemmgen.describe.scaling). The kernel reads them at every launch
+        (a CUDA graph replays new values).
 
         The work is queued on ``torch.cuda.current_stream(a.device)`` and the call returns
         without waiting, as torch's own operations do. Empty products follow torch.addmm: M or

@@ -24,6 +24,7 @@ from conftest import call_sequence, split_points
 
 from gemmgen.build.nvcc import build_kernel, find_tool
 from gemmgen.codegen.render import render_kernel
+from gemmgen.describe import scaling
 from gemmgen.describe.arch import detect_arch, parse_arch
 from gemmgen.describe.config import DEFAULT_ARCH, make_config
 from gemmgen.describe.dtypes import PRECISIONS
@@ -88,7 +89,13 @@ def _points() -> dict:
                                   ("e4m3", {**base, "BM": 64, "BN": 128, "swap": 1, "trans": "nt", "out": "bf16",
                                             "scale": "row"}),
                                   ("e4m3", {**base, "BN": 128, "schedule": "pingpong", "stages": 6, "trans": "nt",
-                                            "scale": "tensor"})):
+                                            "scale": "tensor"}),
+                                  ("e4m3", {**base, "BN": 128, "stages": 6, "promote": 1, "streamk": 1, "trans": "nt",
+                                            "out": "bf16", "scale": "block"}),
+                                  ("e4m3", {**base, "BN": 256, "consumers": 2, "stages": 4, "promote": 1, "BM": 64,
+                                            "swap": 1, "trans": "nt", "out": "fp32", "scale": "block"}),
+                                  ("e4m3", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "promote": 1,
+                                            "swap": 1, "trans": "nt", "out": "bf16", "scale": "block"})):
             config = make_config("hopper", params, precision, ARCH)
             points[f"stateful-{config.name}"] = config
     return points
@@ -151,13 +158,14 @@ class Call:
                                            variant)
         self.scales = None  # (scale_a, scale_b)'s device addresses, where the variant is scaled
         if variant.scaled:
-            counts = variant.scale_lengths(m, n)
+            counts = variant.scale_lengths(m, n, k)
             host_scales = [rng.uniform(0.25, 4.0, count).astype(np.float32) for count in counts]
             self.buffers += [drv.mem_alloc(4 * count) for count in counts]
             for buffer, host in zip(self.buffers[-2:], host_scales):
                 drv.memcpy_htod(buffer, host)
             self.scales = (int(self.buffers[-2]), int(self.buffers[-1]))
-            a64, b64 = a64 * host_scales[0].reshape(-1, 1), b64 * host_scales[1].reshape(1, -1)  # exact in float64
+            sa, sb = scaling.expand(variant.scale, *host_scales, m, n, k)
+            a64, b64 = a64 * sa, b64 * sb  # exact in float64
         c0 = verify.as_float64(self.host_c0, variant.out)
         self.ref, self.scale = verify.host_reference(a64, b64, c0, alpha, beta)
 

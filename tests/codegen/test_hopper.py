@@ -209,11 +209,31 @@ def test_promote_sums_each_interval_apart_and_adds_it_in_fp32():
     params = {**DEFAULT, "BN": 128, "stages": 6, "trans": "nt", "out": "bf16"}
     promoted = render_kernel(make_config("hopper", {**params, "promote": 4}, "e4m3", "sm_90"))
     plain = render_kernel(make_config("hopper", params, "e4m3", "sm_90"))
-    assert "for (; kt + HP_PROMOTE <= k_end; kt += HP_PROMOTE)" in promoted and "issue_part(j == 0);" in promoted
+    assert "for (; kt + HP_PROMOTE <= k_end; kt += HP_PROMOTE)" in promoted and "issue_part(j == 0, kt + j);" in promoted
     assert "hp_wgmma(part[mi]" in promoted and "acc[mi][i] += part[mi][i];" in promoted
     assert "part[" not in plain
     assert make_config("hopper", {**params, "promote": 4}, "e4m3", "sm_90").name == \
         "hopper_128x128_c2_s6_pr4_e4m3_nt_obf16"
+
+
+def test_block_scales_multiply_each_k_tiles_sums_as_they_are_promoted():
+    """scale=block: each k tile's scales are loaded before its wgmmas are issued and multiply its
+    sums as they are added (promote=1: a k tile is one 128 of K, a block); elsewhere the sums are
+    added as they are."""
+    params = {**DEFAULT, "BN": 128, "stages": 6, "trans": "nt", "out": "bf16", "promote": 1}
+    block = render_kernel(make_config("hopper", {**params, "scale": "block"}, "e4m3", "sm_90"))
+    row = render_kernel(make_config("hopper", {**params, "scale": "row"}, "e4m3", "sm_90"))
+    assert "constexpr bool HP_BLOCK_SCALE = true;" in block and "constexpr bool HP_BLOCK_SCALE = false;" in row
+    assert "sc.load(scale_a, scale_b, M, N, K, scale_r0, scale_c0, kt);" in block
+    assert "sc.add(acc[mi], p[mi], mi);" in block and "sc.add(" not in row
+    # promote=1: k tiles in pairs, the first added while the second's wgmmas run
+    for source in (block, row):
+        assert "issue(part1, scales1, stage1, kt + 1);\n                    gg_wgmma_wait<1>();\n" \
+               "                    add(part0, scales0, stage0, true);" in source
+    assert "scale_b ceil(N/128) x KBP values" in block  # the launcher's message when a scale pointer is null
+    with pytest.raises(InvalidPoint, match="promote=4 must be 1"):
+        make_config("hopper", {**params, "promote": 4, "scale": "block"}, "e4m3", "sm_90")
+    make_config("hopper", {**params, "BM": 64, "BN": 128, "swap": 1, "scale": "block"}, "e4m3", "sm_90")
 
 
 @pytest.mark.parametrize("swap, instruction", [(0, "m64n256k32.f32.e4m3.e4m3"), (1, "m64n64k32.f32.e4m3.e4m3")])

@@ -116,6 +116,9 @@ def test_the_cli_and_the_database_take_choices_and_defaults_from_the_table():
 
 
 def test_the_scales_lengths_follow_the_scaling():
-    assert Variant(scale="row").scale_lengths(3, 5) == (3, 5)
-    assert Variant(scale="tensor").scale_lengths(3, 5) == (1, 1)
-    assert Variant().scale_lengths(3, 5) == ()
+    assert Variant(scale="row").scale_lengths(3, 5, 7) == (3, 5)
+    assert Variant(scale="tensor").scale_lengths(3, 5, 7) == (1, 1)
+    assert Variant().scale_lengths(3, 5, 7) == ()
+    # block: KB = ceil(K/128) scales per row of A; per block of 128 columns of B, KB rounded up to 4
+    assert Variant(scale="block").scale_lengths(3, 5, 7) == (3, 4)
+    assert Variant(scale="block").scale_lengths(300, 257, 1025) == (9 * 300, 3 * 12)

@@ -124,6 +124,27 @@ def test_fp8_row_scales_are_timed_against_cublaslts_outer_vector_scaling(bench):
     assert m.baseline is not None and m.baseline.runs == m.timing.runs, m.message
 
 
+def test_fp8_block_scales_are_checked_and_timed_against_cublaslts_block_scaling(bench):
+    """scale=block: cuBLASLt's VEC128 x BLK128x128 matmul, given gemmgen's scale buffers (which are
+    torch's and its layouts), passes the float64 check made from gemmgen.describe.scaling's rule,
+    and a block-scaled point (promote=1) is checked and timed in alternation with it."""
+    if bench.gpu.info.arch.cc != 90:
+        pytest.skip("FP8 kernels are hopper's (sm_90)")
+    named = NAMED_POINTS["hopper_e4m3"]
+    variant = dataclasses.replace(named.variant, scale="block")
+    for shape in (Shape(384, 1024, 512), Shape(128, 4096, 2064)):  # 2064: 17 blocks of K, padded to 20
+        m = bench.measure_cublas("e4m3", shape, variant)
+        assert m.status == "ok", m.message
+    config = make_config(named.family, {**named.params, "promote": 1}, named.precision, bench.gpu.info.arch, variant)
+    bench.interleave = True
+    try:
+        m = bench.measure_point("hopper_e4m3_sblock", config, Shape(384, 1024, 512))
+    finally:
+        bench.interleave = False
+    assert m.status == "ok", m.message
+    assert m.baseline is not None and m.baseline.runs == m.timing.runs, m.message
+
+
 def test_the_gpu_check_gives_the_host_checks_statistics(bench):
     """The same C judged on the GPU (gpucheck) and on the host (verify.host_stats): a correct C, one
     element off, a NaN, and a row left unwritten (NaN from the poisoning), for both checks."""

@@ -318,11 +318,33 @@ def test_fp8_scales_are_what_the_variant_reads():
         check_call("e4m3", QA, QB, Y, 0.0, ROWWISE, None, mat((100,), "torch.float32", address=0x300000), SB)
     with refused("scale_a or scale_b was given, but this kernel is not scaled (variant nt bf16 none none): pass no "
                  "scales, or emit an FP8 kernel that reads them (gemmgen emit ... --scale row: M and N values; --scale "
-                 "tensor: one each)"):
+                 "tensor: one each; --scale block: 1x128 and 128x128 blocks)"):
         check_call("bf16", X, W, Y, 0.0, Variant("nt", "bf16"), None, SA, SB)
     with refused("a is torch.bfloat16, but this kernel's precision is e4m3, which takes torch.float8_e4m3fn: convert "
                  "it with a.to(torch.float8_e4m3fn)"):
         check_call("e4m3", X, QB, Y, 0.0, ROWWISE, None, SA, SB)
+
+
+def test_fp8_block_scales_take_torch_scaled_mms_1x128_and_128x128_layouts():
+    """scale=block: scale_a (M, ceil(K/128)) with strides (1, M), scale_b (KBP, ceil(N/128)) with
+    strides (1, KBP), KBP = ceil(K/128) rounded up to 4: what torch._scaled_mm takes."""
+    block = Variant("nt", "bf16", scale="block")
+    a, b = mat((100, 300), "torch.float8_e4m3fn", address=0x100000), mat((260, 300), "torch.float8_e4m3fn",
+                                                                          address=0x200000)
+    y = mat((100, 260), "torch.bfloat16", address=0x300000)
+    sa = mat((100, 3), "torch.float32", address=0x500000, stride=(1, 100))
+    sb = mat((4, 3), "torch.float32", address=0x600000, stride=(1, 4))
+    assert check_call("e4m3", a, b, y, 0.0, block, None, sa, sb) == (100, 260, 300)
+    with refused("scale_a must have strides (1, 100) (column-major, as torch._scaled_mm takes block scales); it has "
+                 "(3, 1): pass scale_a.t().contiguous().t()"):
+        check_call("e4m3", a, b, y, 0.0, block, None, mat((100, 3), "torch.float32", address=0x500000), sb)
+    with refused("scale_b must have shape (4, 3) (scale=block: scale_b holds a scale per 128 x 128 block of B, K's "
+                 "blocks padded to a multiple of 4, as torch._scaled_mm takes it); it has shape (3, 3)"):
+        check_call("e4m3", a, b, y, 0.0, block, None, sa, mat((3, 3), "torch.float32", address=0x600000,
+                                                              stride=(1, 3)))
+    with refused("this kernel reads FP8 scales (variant nt bf16 none none block): pass scale_b=, a float32 tensor of "
+                 "shape (4, 3)"):
+        check_call("e4m3", a, b, y, 0.0, block, None, sa, None)
 
 
 # ---- a batched launcher: 3-D tensors ----

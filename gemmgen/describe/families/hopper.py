@@ -233,6 +233,10 @@ def check(p, precision, d, variant):
         if variant.batched:
             v.append(f"scale={variant.scale} takes one product per launch so far (the scales have no batch strides): "
                      "use batch=none")
+        if variant.scale == "block":
+            if p["promote"] != 1:
+                v.append(f"scale=block scales each 128 of K's sums (one k tile) before they are added: promote="
+                         f"{p['promote']} must be 1")
     if p["promote"]:
         pr = f"promote={p['promote']}"
         if not fp8:
