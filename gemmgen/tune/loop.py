@@ -84,6 +84,7 @@ def check_variant(space: SearchSpace, precision: str, arch, variant: Variant) ->
                                "docs/problems.md for the variants each family computes")
     if variant == Variant():
         return
+    space = space.narrowed(precision, variant)
     rng, first, every = random.Random(0), None, None
     for _ in range(CHECK_DRAWS):
         try:
@@ -232,19 +233,20 @@ class Tuner:
                  device: str = "", heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
                  grace_period_s: int = GRACE_PERIOD_S, first: list[tuple[dict, dict]] = (),
                  variant: Variant = Variant()):
-        self.bench, self.space, self.precision, self.arch, self.shapes = bench, space, space.precision(precision), arch, shapes
+        self.precision = space.precision(precision)
+        self.bench, self.space, self.arch, self.shapes = bench, space.narrowed(self.precision, variant), arch, shapes
         self.jobs, self.compile_timeout_s, self.log = max(1, jobs), compile_timeout_s, log
         self.device, self.variant = device, variant
         self.batch_count = bench.batch_count if variant.batched else 1  # of every row stored and looked up
         check_variant(space, self.precision, arch, variant)
         self._progress = progress or self._log_progress
         self.study_name = study or study_name(space.family, precision, arch.name, shapes, variant, self.batch_count)
-        self.sampler = make_sampler(sampler, space, seed, feasible=self._feasible)
+        self.sampler = make_sampler(sampler, self.space, seed, feasible=self._feasible)
         self.storage = open_storage(storage, heartbeat_interval_s=heartbeat_interval_s,
                                     grace_period_s=grace_period_s)
         # the family's named points that compute the variant (a constraint may keep one from it):
         # a point that cannot is no start
-        named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(space, precision)
+        named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(self.space, precision)
                  if self._feasible(NAMED_POINTS[name].params)]
         self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
         self._stop = threading.Event()

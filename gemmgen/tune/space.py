@@ -3,7 +3,7 @@
 
 import random
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gemmgen.describe.families import FAMILIES, get_family
 from gemmgen.errors import GemmgenError
@@ -31,6 +31,15 @@ class SearchSpace:
             raise GemmgenError(f"the {self.family} search space does not take precision {precision!r}; "
                                f"it takes: {', '.join(self.precisions)}")
         return precision
+
+    def narrowed(self, precision: str, variant) -> "SearchSpace":
+        """This space with each parameter's values cut to those the family allows in ``precision``
+        and ``variant`` (Family.allowed), where that leaves any; else as it is (the family's
+        check then says why no point fits)."""
+        allowed = get_family(self.family).allowed(precision, variant)
+        params = {name: tuple(v for v in values if v in allowed.get(name, values)) or values
+                  for name, values in self.params.items()}
+        return replace(self, params=params)
 
     @property
     def size(self) -> int:

@@ -22,6 +22,7 @@ from functools import partial
 from types import SimpleNamespace
 
 from gemmgen.describe.arch import parse_arch
+from gemmgen.describe.problem import Variant
 from gemmgen.tune.loop import MAX_ASKS_PER_TRIAL, study_name
 from gemmgen.tune.schedule import Backend, Event, Job, Schedule, Usage, device_usage, drive
 from gemmgen.tune.space import load_space
@@ -293,7 +294,7 @@ class Sim(Backend):
         self.outbox: deque = deque()
         self.pool = _Pool(self, cores)
         self.share = max(1, math.ceil(cores / len(gpus)))
-        self.space = load_space("hopper")
+        self.space = load_space("hopper").narrowed("bf16", Variant())  # as a tuner of the workload's draws
         self.studies = {job.key: _Study(job.study) for job in jobs}
         self.by_name = {s.name: s for s in self.studies.values()}
         self.budget = {job.key: 0 for job in jobs}

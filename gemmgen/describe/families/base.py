@@ -105,6 +105,9 @@ class Family:
     (parameter, format, neutral value), appended in order after ``name_format``; a format without
     a field is a flag, for a parameter of two values. Parameters added
     to a family later go here, so that the names of existing points do not change.
+    ``allowed(precision, variant)`` gives, for some parameters, the only values ``check`` can take
+    in that precision and variant (hopper: ``promote`` 0 for 16-bit types, 1 for block scales), so
+    that a search narrows its space to them instead of drawing points that cannot be built.
     """
 
     name: str
@@ -123,6 +126,7 @@ class Family:
     arch_specific: bool = False  # built for the "a" target (sm_90a): its code runs on that cc alone
     name_options: tuple[tuple[str, str, Value], ...] = ()
     computes: Variants = Variants()
+    allowed: Callable[[str, Variant], dict[str, tuple]] = lambda precision, variant: {}
 
     def __post_init__(self):
         for param, fmt, neutral in self.name_options:

@@ -255,6 +255,13 @@ def check(p, precision, d, variant):
     return v
 
 
+def allowed(precision, variant):
+    """promote: 0 for the 16-bit types and tf32 (check() refuses the rest), 1 for FP8's block scales."""
+    if not PRECISIONS[precision].fp8:
+        return {"promote": (0,)}
+    return {"promote": (1,)} if variant.scale == "block" else {}
+
+
 FAMILY = Family(
     name="hopper",
     template="hopper.cu.j2",
@@ -294,6 +301,7 @@ FAMILY = Family(
     name_format="{BM}x{BN}_c{consumers}_s{stages}",
     derive=derive,
     check=check,
+    allowed=allowed,
     min_cc=90,
     max_cc=90,
     min_cc_why="TMA, wgmma and setmaxnreg; built for sm_90a, whose code runs on sm_90 only",
