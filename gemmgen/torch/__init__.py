@@ -12,8 +12,8 @@ import importlib
 
 # Each public name and the module of this package that defines it.
 _HOMES = {**dict.fromkeys(("BatchedGemmOp", "BuildFailed", "GemmOp", "NotCapturable", "load"), "op"),
-          **dict.fromkeys(("Fp8Linear", "Linear", "PatchReport", "linear_refusal", "patch", "quantize_rows"),
-                          "modules"),
+          **dict.fromkeys(("Fp8Linear", "Linear", "PatchReport", "linear_refusal", "patch", "quantize_1x128",
+                           "quantize_128x128", "quantize_rows"), "modules"),
           "TensorError": "checks"}
 
 __all__ = sorted(_HOMES)

@@ -1,5 +1,6 @@
 """nn.Linear through a gemmgen launcher: :class:`Linear` (nn.Linear's parameters and state_dict,
-its forward a GemmOp of trans nt), :class:`Fp8Linear` (the same layer in FP8 with row-wise scales),
+its forward a GemmOp of trans nt), :class:`Fp8Linear` (the same layer in FP8 with row-wise or
+block scales),
 :func:`patch`, which swaps a model's nn.Linear modules for either where a launcher serves them, and
 :func:`linear_refusal`, which says why one cannot.
 """
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gemmgen.describe import scaling
 from gemmgen.errors import InvalidParameter
 from gemmgen.torch.checks import TensorError
 from gemmgen.torch.op import GemmOp
@@ -55,12 +57,13 @@ E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 def fp8_linear_refusal(op: GemmOp, dtype: torch.dtype, has_bias: bool) -> str | None:
     """Why ``op`` cannot compute an :class:`Fp8Linear` for a layer of ``dtype`` with a bias
     (``has_bias``) or without one, or None where it can: an e4m3 launcher of trans nt with
-    row-wise scales (scale=row), C of the layer's dtype (bf16 or fp16), no activation, and a
-    bias per column where the layer has one."""
+    row-wise scales (scale=row) or block scales (scale=block), C of the layer's dtype (bf16 or
+    fp16), no activation, and a bias per column where the layer has one."""
     v, emit = op.variant, "gemmgen emit ... --precision e4m3 --trans nt --scale row --out"
-    if op.precision != "e4m3" or v.trans != "nt" or v.scale != "row" or v.batched:
+    if op.precision != "e4m3" or v.trans != "nt" or v.scale not in ("row", "block") or v.batched:
         return (f"{op.path.name} computes {op.precision} (variant {v.text}); an FP8 Linear takes e4m3 with a weight "
-                f"stored N x K and a scale per row of x and per output feature ({emit} bf16)")
+                f"stored N x K and a scale per row of x and per output feature ({emit} bf16), or block scales "
+                "(--scale block)")
     if dtype not in _LINEAR_DTYPES or op.out_dtype != dtype:
         return (f"the layer is {dtype}, and {op.path.name} writes {op.out_dtype}: an FP8 Linear gives y in the "
                 f"layer's dtype, bf16 or fp16 ({emit} bf16 or fp16)")
@@ -76,18 +79,58 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale
 
 
-class Fp8Linear(torch.nn.Module):
-    """nn.Linear in FP8 through gemmgen's launcher ``op`` (e4m3, trans nt, scale=row, C of the
-    layer's dtype, a column bias where the layer has one: :func:`fp8_linear_refusal`):
+def _e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
-        y = scale_x[i] * weight_scale[j] * (x_q @ weight.T)[i][j] + bias[j]
+
+def _block_amax_scale(amax: torch.Tensor) -> torch.Tensor:
+    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+
+
+def quantize_1x128(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): x (rows x K) as float8_e4m3fn with a float32 scale per row and 128 of K (the
+    last block may be shorter), as :func:`quantize_rows` does per row: each block's largest
+    magnitude becomes 448. scale is (rows, ceil(K/128)) with strides (1, rows): what a
+    scale=block launcher (and torch._scaled_mm) takes as scale_a (gemmgen.describe.scaling)."""
+    rows, k = x.shape
+    kb = scaling.k_blocks(k)
+    padded = torch.nn.functional.pad(x.float(), (0, kb * scaling.BLOCK - k)).view(rows, kb, scaling.BLOCK)
+    scale = _block_amax_scale(padded.abs().amax(dim=-1))
+    q = _e4m3(padded, scale.unsqueeze(-1)).view(rows, kb * scaling.BLOCK)[:, :k].contiguous()
+    return q, scale.t().contiguous().t()
+
+
+def quantize_128x128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): w (N x K, a Linear's weight) as float8_e4m3fn with a float32 scale per 128 x
+    128 block, each block's largest magnitude becoming 448. scale is (KBP, ceil(N/128)) with
+    strides (1, KBP), KBP = ceil(K/128) rounded up to 4 (the padding holds 1): what a scale=block
+    launcher (and torch._scaled_mm) takes as scale_b."""
+    n, k = w.shape
+    nb, kb, kbp = -(-n // scaling.BLOCK), scaling.k_blocks(k), scaling.k_blocks_padded(k)
+    padded = torch.nn.functional.pad(w.float(), (0, kb * scaling.BLOCK - k, 0, nb * scaling.BLOCK - n))
+    blocks = padded.view(nb, scaling.BLOCK, kb, scaling.BLOCK)
+    scale = _block_amax_scale(blocks.abs().amax(dim=(1, 3)))  # (nb, kb)
+    q = _e4m3(blocks, scale[:, None, :, None]).view(nb * scaling.BLOCK, kb * scaling.BLOCK)[:n, :k].contiguous()
+    memory = torch.ones(nb, kbp, dtype=torch.float32, device=w.device)
+    memory[:, :kb] = scale
+    return q, memory.t()
+
+
+class Fp8Linear(torch.nn.Module):
+    """nn.Linear in FP8 through gemmgen's launcher ``op`` (e4m3, trans nt, scale=row or block, C
+    of the layer's dtype, a column bias where the layer has one: :func:`fp8_linear_refusal`):
+
+        y = scale_x[i] * weight_scale[j] * (x_q @ weight.T)[i][j] + bias[j]        (scale=row)
 
     in one launch, where ``weight`` (out_features x in_features, float8_e4m3fn) and
     ``weight_scale`` (out_features, float32) are the layer's weight quantized row by row once
     (:func:`quantize_rows`, buffers of this module), and x_q, scale_x are x quantized the same way
-    at each forward (dynamic row-wise scaling, as torch._scaled_mm's row-wise recipe). ``bias``
-    is the layer's (a buffer, its dtype) or None. x: (..., in_features) of the layer's dtype on
-    the weight's device. Inference only; made by :meth:`from_linear`."""
+    at each forward (dynamic row-wise scaling, as torch._scaled_mm's row-wise recipe). With a
+    scale=block launcher (DeepSeek-V3's recipe) the weight is quantized in 128 x 128 blocks
+    (:func:`quantize_128x128`; ``weight_scale`` is (KBP, ceil(out_features/128))) and x per row
+    and 128 features (:func:`quantize_1x128`), each block's scale applied to its part of the sum.
+    ``bias`` is the layer's (a buffer, its dtype) or None. x: (..., in_features) of the layer's
+    dtype on the weight's device. Inference only; made by :meth:`from_linear`."""
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype,
                  op: GemmOp):
@@ -105,10 +148,12 @@ class Fp8Linear(torch.nn.Module):
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, op: GemmOp) -> "Fp8Linear":
         """``module`` (an nn.Linear of bf16 or fp16 on a CUDA device) with its weight quantized
-        row by row to e4m3 (a copy; the bias is kept as it is), computed through ``op``.
-        InvalidParameter where ``op`` does not serve it (fp8_linear_refusal)."""
+        to e4m3 row by row, or in 128 x 128 blocks for a scale=block ``op`` (a copy; the bias is
+        kept as it is), computed through ``op``. InvalidParameter where ``op`` does not serve it
+        (fp8_linear_refusal)."""
+        block = isinstance(op, GemmOp) and op.variant.scale == "block"
         with torch.no_grad():
-            weight, scale = quantize_rows(module.weight.detach())
+            weight, scale = (quantize_128x128 if block else quantize_rows)(module.weight.detach())
         bias = None if module.bias is None else module.bias.detach()
         return cls(weight, scale, bias, module.weight.dtype, op)
 
@@ -118,7 +163,8 @@ class Fp8Linear(torch.nn.Module):
                               f"{self.in_features} features in the last dimension")
         if x.dtype != self.dtype:
             raise TensorError(f"x is {x.dtype}; this FP8 Linear takes {self.dtype} (the layer's dtype)")
-        q, scale = quantize_rows(x.reshape(-1, self.in_features))
+        quantize = quantize_1x128 if self.op.variant.scale == "block" else quantize_rows
+        q, scale = quantize(x.reshape(-1, self.in_features))
         y = self.op(q, self.weight, bias=self.bias, scale_a=scale, scale_b=self.weight_scale)
         return y.view(*x.shape[:-1], self.out_features)
 

@@ -114,7 +114,8 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
     config = resolve_point(point)
     source = re.sub(r"\s+", " ", render_kernel(config))  # on one line
     assert re.search(rf"{config.name}\((?:const __grid_constant__ CUtensorMap tma_a, .*)?int M, int N, int K, "
-                     r"float alpha, .*\* __restrict__ C, const gg_workspace ws\)", source)
+                     r"float alpha, .*\* __restrict__ C, (?:const float\* __restrict__ scale_a, const float\* "
+                     r"__restrict__ scale_b, )?const gg_workspace ws\)", source)
     # the grid's z and the split-K workspace follow from split_k (gg_describe's if constexpr on it,
     # decided when the file is made: only the point's own code is left)
     if not config.geometry.persistent:
@@ -123,7 +124,8 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
                 "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);") in source
     assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\( "
                      r"(?:p\.maps\.map\[0\], p\.maps\.map\[1\], (?:p\.maps\.map\[2\], )?)?p\.ops\.M, p\.ops\.N, "
-                     r"p\.ops\.K, p\.ops\.alpha, p\.ops\.A, p\.ops\.B, p\.ops\.beta, p\.ops\.C, ws\);", source)
+                     r"p\.ops\.K, p\.ops\.alpha, p\.ops\.A, p\.ops\.B, p\.ops\.beta, p\.ops\.C, "
+                     r"(?:p\.ops\.scale_a, p\.ops\.scale_b, )?ws\);", source)
     assert ("gg_splitk_needs(grid_x * grid_y * o.batch" in source) == (config.geometry.split_k > 1)
     assert "gg_kernel::split_k > 1" not in source
 

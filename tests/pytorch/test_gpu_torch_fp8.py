@@ -6,7 +6,8 @@ the float64 product of the exact FP8 values and scales (gemmgen.measure.verify's
 scales' shapes torch._scaled_mm takes ((M, 1) and (1, N), or vectors; one element each) are
 taken. Then: torch.compile(fullgraph=True), a CUDA graph replayed after the scales change in
 place, the refusals of wrong scales, and Fp8Linear (an nn.Linear quantized row by row, alone and
-through patch) against the exact product of what it quantized and against F.linear in bf16."""
+through patch) against the exact product of what it quantized and against F.linear in bf16; and
+the same with block scales (1x128 and 128x128: scale=block)."""
 
 import random
 
@@ -257,3 +258,34 @@ def test_block_scaled_calls_match_float64_and_torch(block_op):
     assert verdict.ok, verdict.message
     with pytest.raises(TensorError, match=r"scale_a must have strides \(1, 200\)"):
         block_op(a, b, scale_a=sa.contiguous(), scale_b=sb)
+
+
+def test_block_quantizers_and_fp8_linear_follow_the_deepseek_recipe(block_op):
+    """quantize_1x128 / quantize_128x128: each block's largest magnitude is 448 (scale = amax / 448),
+    the values are x / scale rounded to e4m3, and the scales lie as a scale=block launcher reads
+    them; an Fp8Linear of a block-scaled launcher is the exact product of what it quantized, and
+    a few percent from F.linear in bf16 (one column block of the weight 50x the others: its own
+    scale)."""
+    torch.manual_seed(SEED)
+    x = torch.randn(70, 300, device="cuda", dtype=torch.bfloat16)
+    q, s = gt.quantize_1x128(x)
+    assert q.shape == (70, 300) and s.shape == (70, 3) and s.stride() == (1, 70)
+    assert torch.allclose(s[:, 1], x[:, 128:256].float().abs().amax(dim=1) / 448)
+    assert torch.equal(q[:, 128:256].float(), (x[:, 128:256].float() / s[:, 1:2]).to(torch.float8_e4m3fn).float())
+    w = torch.randn(260, 300, device="cuda", dtype=torch.bfloat16)
+    w[:, 128:256] *= 50
+    wq, ws = gt.quantize_128x128(w)
+    assert wq.shape == (260, 300) and ws.shape == (4, 3) and ws.stride() == (1, 4)
+    assert torch.allclose(ws[1, 2], w[256:, 128:256].float().abs().amax() / 448) and (ws[3] == 1).all()
+
+    layer = torch.nn.Linear(300, 260, bias=False, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        fp8_layer = gt.Fp8Linear.from_linear(layer, block_op)
+        y = fp8_layer(x.view(2, 35, 300))
+        expected = layer(x)
+    assert y.shape == (2, 35, 260)
+    verdict = judge_block(y.reshape(70, 260), q, fp8_layer.weight, s, fp8_layer.weight_scale)
+    assert verdict.ok, verdict.message
+    err = ((y.reshape(70, 260).float() - expected.float()).norm() / expected.float().norm()).item()
+    assert err < 0.08
