@@ -170,6 +170,19 @@ def build_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def torch_arch():
+    """The Arch of the CUDA device PyTorch sees (tests/pytorch's GPU modules); skips where there is
+    no torch or it sees no CUDA device."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device (a CPU-only torch?)")
+    from gemmgen.describe.arch import parse_arch
+
+    major, minor = torch.cuda.get_device_capability()
+    return parse_arch(f"{major}{minor}")
+
+
+@pytest.fixture(scope="module")
 def bench(request, tmp_path_factory):
     """A Bench on GPU 0 recording into a database of the module's own (short timings)."""
     pytest.importorskip("pycuda.driver", reason="PyCUDA is needed for the runtime tests")

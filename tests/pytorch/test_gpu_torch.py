@@ -22,7 +22,6 @@ torch = pytest.importorskip("torch")
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen.build.nvcc import build_library  # noqa: E402
 from gemmgen.codegen.render import render_kernel  # noqa: E402
-from gemmgen.describe.arch import parse_arch  # noqa: E402
 from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
 from gemmgen.measure import verify  # noqa: E402
 from gemmgen.measure.launcher import ShapeRefused  # noqa: E402
@@ -38,16 +37,9 @@ SHAPES = [(17, 33, 65), (1000, 1000, 1000), (4095, 4097, 4093), (16, 4096, 4096)
 POINTS = ("v4", "splitk", "mma_bf16", "mma_tf32", "hopper_fp16")
 
 
-def _device_arch():
-    major, minor = torch.cuda.get_device_capability()
-    return parse_arch(f"{major}{minor}")
-
-
 @pytest.fixture(scope="module")
-def arch():
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device (a CPU-only torch?)")
-    return _device_arch()
+def arch(torch_arch):
+    return torch_arch
 
 
 @pytest.fixture(scope="module")

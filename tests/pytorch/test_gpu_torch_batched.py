@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen.codegen.render import render_kernel  # noqa: E402
-from gemmgen.describe.arch import parse_arch  # noqa: E402
 from gemmgen.describe.config import make_config  # noqa: E402
 from gemmgen.describe.problem import Shape  # noqa: E402
 from gemmgen.measure import verify  # noqa: E402
@@ -41,11 +40,8 @@ ACT = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu
 
 
 @pytest.fixture(scope="module")
-def ops(tmp_path_factory, build_cache):
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device (a CPU-only torch?)")
-    major, minor = torch.cuda.get_device_capability()
-    arch = parse_arch(f"{major}{minor}")
+def ops(torch_arch, tmp_path_factory, build_cache):
+    arch = torch_arch
     folder, loaded = tmp_path_factory.mktemp("batched"), {}
     for name, (family, precision, params) in KERNELS.items():
         path = folder / f"{name}.cu"

@@ -18,8 +18,7 @@ torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen.codegen.render import render_kernel  # noqa: E402
-from gemmgen.describe import scaling  # noqa: E402
-from gemmgen.describe.arch import parse_arch  # noqa: E402
+from gemmgen.describe.scaling import expand, k_blocks, k_blocks_padded, lengths  # noqa: E402
 from gemmgen.describe.config import make_config  # noqa: E402
 from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
 from gemmgen.measure import verify  # noqa: E402
@@ -33,12 +32,9 @@ VARIANTS = {"row": {"scale": "row", "bias": "col"}, "tensor": {"scale": "tensor"
 
 
 @pytest.fixture(scope="module")
-def fp8_ops(tmp_path_factory, build_cache):
+def fp8_ops(torch_arch, tmp_path_factory, build_cache):
     """scaling -> GemmOp of hopper_e4m3's parameters with that scaling (bf16 C)."""
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device (a CPU-only torch?)")
-    major, minor = torch.cuda.get_device_capability()
-    arch = parse_arch(f"{major}{minor}")
+    arch = torch_arch
     if arch.cc != 90:
         pytest.skip(f"the hopper family runs on sm_90 only; this GPU is {arch.name}")
     point = NAMED_POINTS["hopper_e4m3"]
@@ -198,8 +194,8 @@ def block_op(fp8_ops, tmp_path_factory):
 def block_scales(np_rng, m, n, k):
     """uniform(1/4, 4) float32 block scales as torch._scaled_mm takes them: scale_a (M, KB) with
     strides (1, M), scale_b (KBP, ceil(N/128)) with strides (1, KBP)."""
-    len_a, len_b = scaling.lengths("block", m, n, k)
-    kb, kbp = scaling.k_blocks(k), scaling.k_blocks_padded(k)
+    len_a, len_b = lengths("block", m, n, k)
+    kb, kbp = k_blocks(k), k_blocks_padded(k)
     sa = torch.from_numpy(np_rng.uniform(0.25, 4.0, len_a).astype(np.float32)).cuda()
     sb = torch.from_numpy(np_rng.uniform(0.25, 4.0, len_b).astype(np.float32)).cuda()
     return sa.view(kb, m).t(), sb.view(-(-n // 128), kbp).t()
@@ -209,7 +205,7 @@ def judge_block(c, a, b, sa, sb):
     """verify's verdict on C against (A * SA) @ (B * SB) in float64 (gemmgen.describe.scaling's
     element-wise scales, from the flat memory of sa and sb)."""
     (m, k), n = a.shape, b.shape[0]
-    big_a, big_b = scaling.expand("block", sa.t().contiguous().view(-1).cpu().numpy(),
+    big_a, big_b = expand("block", sa.t().contiguous().view(-1).cpu().numpy(),
                                   sb.t().contiguous().view(-1).cpu().numpy(), m, n, k)
     a64 = a.double().cpu().numpy() * big_a
     b64 = b.double().cpu().numpy() * big_b.T

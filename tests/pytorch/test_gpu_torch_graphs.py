@@ -31,7 +31,6 @@ from test_gpu_torch import close_to  # noqa: E402
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen.codegen.render import render_kernel  # noqa: E402
-from gemmgen.describe.arch import parse_arch  # noqa: E402
 from gemmgen.describe.config import make_config  # noqa: E402
 from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
 from gemmgen.measure import verify  # noqa: E402
@@ -45,11 +44,8 @@ HOPPER = {"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "streamk": 1, "tran
 
 
 @pytest.fixture(scope="module")
-def arch():
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device (a CPU-only torch?)")
-    major, minor = torch.cuda.get_device_capability()
-    return parse_arch(f"{major}{minor}")
+def arch(torch_arch):
+    return torch_arch
 
 
 @pytest.fixture(scope="module")
