@@ -87,6 +87,27 @@ class Alternate:
         return [float(np.median([s.elapsed_time(e) for s, e in row])) for row in ev]
 
 
+def checked_plans(kernels, s, a, w, c, stream, scales, check):
+    """Each (name, gemmgen.measure.launcher.Launcher) of ``kernels`` launched once at shape ``s``
+    (a, w: FP8 A and B stored N x K; C poisoned with NaN first; ``scales``: the scale pointers),
+    its C judged by ``check`` (a wrong result stops the benchmark), then planned for timing.
+    Returns (names, fns, errors, plans): fns as Alternate.timed takes them, C poisoned before
+    each call; close the plans once timed."""
+    names, fns, errors, plans = [], [], [], []
+    for name, launcher in kernels:
+        c.fill_(float("nan"))
+        launcher.launch(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream, scales=scales)
+        torch.cuda.synchronize()
+        v = check(c)
+        assert v.ok, f"{name} at {s}: {v.message}"
+        plan = launcher.plan(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream, scales=scales)
+        plans.append(plan)
+        fns.append((lambda: c.fill_(float("nan")), plan.run))
+        names.append(name)
+        errors.append(v.rel_error)
+    return names, fns, errors, plans
+
+
 def device_verdict(c: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, precision: str, k: int, out: str,
                    act: str = "none"):
     """gemmgen.measure.verify.compare's verdict on C against ref and scale (float64 tensors, M x N),

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 import torch.nn.functional as F
-from alternate import Alternate, device_verdict
+from alternate import Alternate, checked_plans, device_verdict
 
 from gemmgen.build.nvcc import build_kernel
 from gemmgen.describe import scaling
@@ -119,19 +119,8 @@ def main():
         except Exception as e:  # CublasError: no algorithm
             print(f"cuBLASLt: {e}", flush=True)
         names.append("bf16 F.linear"), fns.append((lambda: None, lambda: F.linear(a16, w16))), errors.append(0.0)
-        plans = []
-        for name, launcher in kernels:
-            c.fill_(float("nan"))
-            launcher.launch(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream, scales=scales)
-            torch.cuda.synchronize()
-            v = check(c)
-            assert v.ok, f"{name} at {s}: {v.message}"
-            plan = launcher.plan(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream,
-                                 scales=scales)
-            plans.append(plan)
-            fns.append((lambda: c.fill_(float("nan")), plan.run))
-            names.append(name)
-            errors.append(v.rel_error)
+        more = checked_plans(kernels, s, a, w, c, stream, scales, check)
+        names, fns, errors, plans = names + more[0], fns + more[1], errors + more[2], more[3]
         times = timed(fns, rounds=30)
         for plan in plans:
             plan.close()

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
-from alternate import Alternate, device_verdict
+from alternate import Alternate, checked_plans, device_verdict
 
 from gemmgen.build.nvcc import build_kernel
 from gemmgen.describe.config import make_config
@@ -95,22 +95,9 @@ def main():
             fns = [(lambda: None, scaled_mm), (lambda: None, lambda: scaled_mm(True))]
             names = [f"torch {scale}", f"torch {scale} fast"]
             errors = [check(scaled_mm()).rel_error, check(scaled_mm(True)).rel_error]
-            plans = []
-            for (sc, i), (name, launcher) in kernels.items():
-                if sc != scale:
-                    continue
-                c.fill_(float("nan"))
-                launcher.launch(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream,
-                                scales=(sa.data_ptr(), sb.data_ptr()))
-                torch.cuda.synchronize()
-                v = check(c)
-                assert v.ok, f"{name} at {s}: {v.message}"
-                plan = launcher.plan(s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), stream,
-                                     scales=(sa.data_ptr(), sb.data_ptr()))
-                plans.append(plan)
-                fns.append((lambda: c.fill_(float("nan")), plan.run))
-                names.append(name)
-                errors.append(v.rel_error)
+            ours = [(name, launcher) for (sc, _), (name, launcher) in kernels.items() if sc == scale]
+            more = checked_plans(ours, s, a, w, c, stream, (sa.data_ptr(), sb.data_ptr()), check)
+            names, fns, errors, plans = names + more[0], fns + more[1], errors + more[2], more[3]
             times = timed(fns, rounds=30)
             for plan in plans:
                 plan.close()
