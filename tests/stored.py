@@ -13,14 +13,15 @@ from gemmgen.describe.problem import Shape, Variant
 from gemmgen.store.db import Measurement, ResultsDB
 
 
-def store(db, name, family, precision, shape, tflops, status="ok", batch_count=1):
+def store(db, name, family, precision, shape, tflops, status="ok", batch_count=1, rel_error=None):
     """One fake measurement of ``name`` on an H100 (sm_90) at ``shape``; ``batch_count`` products
-    per launch (a batched kernel's or cuBLAS's rows). Returns the measurement's id."""
+    per launch (a batched kernel's or cuBLAS's rows), ``rel_error`` its checked error. Returns the
+    measurement's id."""
     device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
                        driver_version="580", cuda_version="13.0")
     kernel = db.kernel(name=name, family=family, precision=precision, arch="sm_90", params={})
     return db.record(kernel_id=kernel, device_id=device, problem_id=db.problem(shape.m, shape.n, shape.k, 1.0, 0.0),
-                     status=status, tflops=tflops, median_ms=1.0, batch_count=batch_count)
+                     status=status, tflops=tflops, median_ms=1.0, batch_count=batch_count, rel_error=rel_error)
 
 
 def dated(db, measurement_id: int, second: float) -> None:
@@ -32,6 +33,8 @@ def dated(db, measurement_id: int, second: float) -> None:
 
 
 CUBE, SKINNY = Shape(4096, 4096, 4096), Shape(16, 4096, 4096)
+# FP8 (nt, bf16 C): fast accumulation (its error grows with K), and sums promoted every 16 k tiles
+FAST_FP8, PROMOTED_FP8 = "hopper_128x256_c2_s4_g8_e4m3_nt_obf16", "hopper_128x128_c2_s6_g8_pr16_e4m3_nt_obf16"
 NT_GELU = Variant("nt", "bf16", "col", "gelu")
 V_BIG, V_THIN = "hopper_128x256_c2_s4_g8_bf16_nt_obf16_bcol_gelu", "hopper_64x128_c1_s5_bf16_nt_obf16_bcol_gelu"
 

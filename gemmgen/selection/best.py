@@ -9,6 +9,13 @@ taken nearest in time (bench, tune and the suite store one next to their timings
 scores the median of its ratios: a batched kernel's rows of different batch counts are each
 judged against cuBLAS's of their count, never against another's. The highest score wins. Kernels measured on a device that has no cuBLAS measurement
 at the shape are ranked after all others, by their highest TFLOP/s.
+
+FP8 adds accuracy. Its tensor cores keep about 14 bits of a sum unless a kernel promotes it, so
+kernels that pass the check differ in error by up to 2x and more at long K. A kernel whose error
+at a shape is more than ERROR_BOUND times cuBLAS's there (the same inputs, the cuBLAS row nearest
+in time) ranks after every kernel within it, whatever their speeds; a dispatcher takes it only
+where none within it was measured (gemmgen.selection.dispatch.select). The other precisions
+accumulate in fp32 and are ranked by speed alone.
 """
 
 import math
@@ -18,7 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gemmgen.describe.arch import Arch
+from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
+
+ERROR_BOUND = 1.5  # FP8: the most a kernel's error may be, as a multiple of cuBLAS's on the same inputs
 
 
 @dataclass(frozen=True)
@@ -27,7 +37,8 @@ class Ranked:
     time (its TFLOP/s to cuBLAS's: 1.0 = as fast, above 1 faster; None where no cuBLAS
     measurement is stored next to it), ``tflops`` its highest
     TFLOP/s there, ``devices`` the device names its measurements came from, ``sm_count`` their
-    largest count of SMs."""
+    largest count of SMs; ``error_ratio`` (FP8) its largest error there as a multiple of cuBLAS's
+    (None where not known), ``within_error`` False where that is over ERROR_BOUND."""
 
     kernel: str
     family: str
@@ -36,9 +47,11 @@ class Ranked:
     runs: int
     devices: tuple[str, ...]
     sm_count: int = 0
+    error_ratio: float | None = None
+    within_error: bool = True
 
     def key(self) -> tuple:
-        return (self.score is not None, self.score if self.score is not None else self.tflops)
+        return (self.within_error, self.score is not None, self.score if self.score is not None else self.tflops)
 
 
 def shape_distance(a: Shape, b: Shape) -> float:
@@ -65,6 +78,29 @@ def _nearest(times: list, created_at: str):
     return min(times, key=lambda c: abs((c[0] - when).total_seconds()))[1]
 
 
+def error_ratios(rows) -> dict[tuple[str, int, int, int], float]:
+    """(kernel, M, N, K) -> the largest ratio of the kernel's measured error to cuBLAS's there
+    (cuBLAS's row at that shape, device and batch count nearest in time), over ``rows`` (results
+    of one precision and variant) where both errors are stored."""
+    base = defaultdict(list)
+    for r in rows:
+        if r.family == "cublas" and r.rel_error:
+            base[_baseline_key(r)].append((datetime.fromisoformat(r.created_at), r))
+    out: dict[tuple[str, int, int, int], float] = {}
+    for r in rows:
+        times = base.get(_baseline_key(r))
+        if r.family != "cublas" and r.rel_error is not None and times:
+            key = (r.kernel, r.M, r.N, r.K)
+            out[key] = max(out.get(key, 0.0), r.rel_error / _nearest(times, r.created_at).rel_error)
+    return out
+
+
+def within_error(precision: str, ratio: float | None) -> bool:
+    """Whether a kernel of ``precision`` whose error is ``ratio`` times cuBLAS's (None: not known)
+    is as accurate as the policy asks: always, but for FP8 over ERROR_BOUND."""
+    return not (PRECISIONS[precision].fp8 and ratio is not None and ratio > ERROR_BOUND)
+
+
 def paired_baselines(rows) -> list[tuple]:
     """(row, cuBLAS's TFLOP/s nearest in time, cuBLAS's median TFLOP/s there) for each timed
     kernel row of ``rows`` (results of one precision and variant) that has a cuBLAS row at its
@@ -86,10 +122,12 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
     ``shape``, best first (see the module's policy); judged against cuBLAS's rows of the same
     variant (the results database's variant columns select them). Kernels of another variant
     compute another product and are never among them. ``batch_count``: only measurements of
-    that many products per launch (None: every count, each against cuBLAS's of its count)."""
+    that many products per launch (None: every count, each against cuBLAS's of its count). FP8
+    kernels over ERROR_BOUND times cuBLAS's error rank after the others (see the module)."""
     rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
                       batch_count=batch_count)
     cublas = _baselines(rows)
+    errors = error_ratios(rows)
     ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)
     sms = defaultdict(int)
     for r in rows:
@@ -103,8 +141,11 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
         times = cublas.get(_baseline_key(r))
         if times:
             ratios[r.kernel].append(r.tflops / _nearest(times, r.created_at).tflops)
-    found = [Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k], runs[k],
-                    tuple(sorted(devices[k])), sms[k]) for k in fastest]
+    found = []
+    for k in fastest:
+        error = errors.get((k, shape.m, shape.n, shape.k))
+        found.append(Ranked(k, families[k], statistics.median(ratios[k]) if k in ratios else None, fastest[k],
+                            runs[k], tuple(sorted(devices[k])), sms[k], error, within_error(precision, error)))
     return sorted(found, key=Ranked.key, reverse=True)
 
 

@@ -1,7 +1,7 @@
 """gemmgen.selection.best, the one policy for "which stored kernel is best", without a GPU."""
 
 import pytest
-from stored import dated, store
+from stored import FAST_FP8, PROMOTED_FP8, dated, store
 from test_suite import SM90, db  # noqa: F401 (db is a fixture)
 
 from gemmgen.describe.problem import Shape
@@ -100,3 +100,25 @@ def test_a_batched_kernel_is_judged_against_cublas_of_its_own_batch_count(db):
     assert [r.kernel for r in ranked(db, "fp16", shape, SM90, variant=batched, batch_count=64)] == [b]
     assert best(db, "fp16", shape, SM90, variant=batched, batch_count=1).kernel == a
     assert best(db, "fp16", shape, SM90) is None  # no kernel of one product stored
+
+
+
+def test_an_fp8_kernel_over_the_error_bound_ranks_after_those_within_it(db):
+    """FP8: a kernel faster than cuBLAS with 1.93x its error ranks after a slower one with 1.08x
+    (ERROR_BOUND = 1.5); fp16 kernels with the same figures are ranked by speed alone."""
+    from gemmgen.describe.problem import Variant
+    from gemmgen.selection.best import ERROR_BOUND
+
+    shape, fp8 = Shape(2048, 4096, 14336), Variant("nt", "bf16")
+    store(db, "cublas_e4m3_nt_obf16", "cublas", "e4m3", shape, 1300.0, rel_error=1.66e-3)
+    store(db, FAST_FP8, "hopper", "e4m3", shape, 1350.0, rel_error=3.2e-3)
+    store(db, PROMOTED_FP8, "hopper", "e4m3", shape, 1250.0, rel_error=1.8e-3)
+    found = ranked(db, "e4m3", shape, SM90, variant=fp8)
+    assert [(r.kernel, r.within_error) for r in found] == [(PROMOTED_FP8, True), (FAST_FP8, False)]
+    assert found[1].error_ratio == pytest.approx(3.2 / 1.66) and found[1].score > found[0].score
+    assert ERROR_BOUND == 1.5 and best(db, "e4m3", shape, SM90, variant=fp8).kernel == PROMOTED_FP8
+    store(db, "cublas_fp16", "cublas", "fp16", shape, 700.0, rel_error=1e-3)
+    store(db, "hopper_128x256_c2_s4_g8_fp16", "hopper", "fp16", shape, 720.0, rel_error=1.93e-3)
+    store(db, "hopper_128x128_c2_s6_g8_fp16", "hopper", "fp16", shape, 690.0, rel_error=1.08e-3)
+    assert [r.kernel for r in ranked(db, "fp16", shape, SM90)] == ["hopper_128x256_c2_s4_g8_fp16",
+                                                                    "hopper_128x128_c2_s6_g8_fp16"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from conftest import launcher_of
-from stored import CUBE, NT_GELU, SKINNY, V_BIG, V_THIN, store, stored_variant
+from stored import CUBE, FAST_FP8, NT_GELU, PROMOTED_FP8, SKINNY, V_BIG, V_THIN, store, stored_variant
 
 from gemmgen.build.nvcc import build_library
 from gemmgen.cli.main import main
@@ -70,6 +70,31 @@ def test_layers_share_a_kernel_within_a_percent_of_their_best(tmp_path):
     # with no sharing allowed every measured shape keeps its own best
     strict = plan_dispatch(db, "fp16", SM90, [CUBE, WIDE, SMALL, SKINNY], share_within=0.0)
     assert span_kernel(strict, WIDE.m, WIDE.n, WIDE.k) == other
+
+
+def test_an_fp8_dispatcher_leaves_out_kernels_over_the_error_bound(tmp_path):
+    """FP8: fast accumulation (promote=0) 4% faster than a promoting kernel, within 1.5x cuBLAS's
+    error at K = 4096 (1.23x) and over it at K = 14336 (1.9x), serves the first layer and not the
+    second, whose header says why; on an unmeasured layer it serves only up to the K it was
+    within the bound at (2048: yes; 8192: no), the promoting kernel at any K."""
+    db = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
+    short, deep = Shape(2048, 4096, 4096), Shape(2048, 4096, 14336)
+    for shape, fast_error in ((short, 1.23), (deep, 1.9)):
+        for m in (512, 2048, 8192):
+            at = Shape(m, shape.n, shape.k)
+            store(db, "cublas_e4m3_nt_obf16", "cublas", "e4m3", at, 1300.0, rel_error=1e-3)
+            store(db, FAST_FP8, "hopper", "e4m3", at, 1352.0, rel_error=fast_error * 1e-3)
+            store(db, PROMOTED_FP8, "hopper", "e4m3", at, 1300.0, rel_error=1.05e-3)
+            time.sleep(0.002)
+    fp8 = Variant("nt", "bf16")
+    plan = plan_dispatch(db, "e4m3", SM90, [short, deep, Shape(2048, 6144, 2048), Shape(2048, 6144, 8192)],
+                         variant=fp8)
+    assert span_kernel(plan, 2048, 4096, 4096) == FAST_FP8
+    assert span_kernel(plan, 2048, 4096, 14336) == PROMOTED_FP8
+    assert span_kernel(plan, 2048, 6144, 2048) == FAST_FP8
+    assert span_kernel(plan, 2048, 6144, 8192) == PROMOTED_FP8
+    assert "1 over 1.5x cuBLAS's error left out" in plan.layers[1].basis
+    assert "error" not in plan.layers[0].basis
 
 
 def test_nothing_stored_is_one_clear_error(tmp_path):

@@ -18,6 +18,12 @@ layer (its calibration says nothing of the other regime); so a kernel measured a
 a token count unless another is predicted clearly faster (the model's error grows away from the
 measurements: gemmgen.selection.dispatch.model.evaluate).
 
+FP8 candidates are held to the accuracy rule of gemmgen.selection.best (ERROR_BOUND times cuBLAS's
+error): on a layer a kernel was measured on, its errors there decide; elsewhere a promoting kernel
+(``promote`` > 0: torch's accuracy at any K) stays, and one that accumulates in the tensor cores
+(whose error grows with K) stays only where it was within the bound on a layer of K as deep or
+deeper. Where that leaves no candidate the layer keeps them all, and its header says so.
+
 Kernels are shared where it costs little: a token count accepts any kernel predicted within
 ``share_within`` of the fastest candidate there, and kernels are taken greedily, each time the
 one the most unserved (layer, M) accept, until every one is served or ``max_kernels`` are taken.
@@ -31,9 +37,10 @@ import numpy as np
 
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig
+from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
-from gemmgen.selection.best import wanted
+from gemmgen.selection.best import ERROR_BOUND, error_ratios, wanted, within_error
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 
 SHARE_WITHIN = 0.01  # a token count takes a kernel another uses if it is predicted within 1% of its fastest
@@ -98,6 +105,27 @@ def _candidates(measured_at: dict, n: int, k: int) -> tuple[list[str], str]:
     return known, f"nothing measured on this layer: {len(known)} kernels measured on other layers, predicted"
 
 
+def _accurate(names: list[str], errors: dict, configs: dict, precision: str, n: int, k: int) -> list[str]:
+    """The FP8 candidates of layer N x K that keep to the accuracy rule (see the module), from
+    ``errors`` (gemmgen.selection.best.error_ratios of the stored rows); all of ``names`` for
+    the other precisions."""
+    if not PRECISIONS[precision].fp8:
+        return names
+    worst = defaultdict(float)  # (kernel, N, K) -> its largest error ratio on the layer
+    for (name, _, n2, k2), ratio in errors.items():
+        worst[name, n2, k2] = max(worst[name, n2, k2], ratio)
+
+    def keeps(name: str) -> bool:
+        if (name, n, k) in worst:
+            return within_error(precision, worst[name, n, k])
+        if configs[name].params.get("promote", 0) > 0:
+            return True
+        return any(k2 >= k and within_error(precision, ratio) for (other, _, k2), ratio in worst.items()
+                   if other == name)
+
+    return [name for name in names if keeps(name)]
+
+
 def _caution(measured: set[int], ms: np.ndarray) -> np.ndarray:
     """The factor a kernel's predicted times at ``ms`` count with (see the module)."""
     if not measured:
@@ -146,10 +174,18 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
     for s in samples:
         found[s.kernel, s.shape.n, s.shape.k].add(s.shape.m)
     measured_at = dict(found)  # (kernel, N, K) -> token counts measured: only what was, however it is read
+    errors = error_ratios(db.results(precision=precision, status="ok", variant=variant, batch_count=batch_count)) \
+        if PRECISIONS[precision].fp8 else {}
     # per layer: candidate names, their predicted times (candidates x M), where they came from
     grids, bases = {}, {}
     for n, k in asked:
         names, basis = _candidates(measured_at, n, k)
+        accurate = _accurate(names, errors, configs, precision, n, k)
+        if len(accurate) < len(names):
+            left = len(names) - len(accurate)
+            basis += (f"; {left} over {ERROR_BOUND}x cuBLAS's error left out" if accurate else
+                      f"; none within {ERROR_BOUND}x cuBLAS's error: all kept")
+            names = accurate or names
         raw = np.stack([model.predict_m(configs[name], n, k, ms) for name in names])
         times = raw * np.stack([_caution(measured_at.get((name, n, k), set()), ms) for name in names])
         times *= np.stack([_regime(model, configs[name], n, k, measured_at.get((name, n, k), set()), ms)
