@@ -88,6 +88,8 @@ def test_a_space_narrows_to_the_values_a_precision_and_variant_allow():
     assert space.narrowed("e4m3", Variant("nt", "bf16", scale="row")).params["promote"] == (0, 1)
     assert space.narrowed("e4m3", block).params["BM"] == space.params["BM"]  # the others as they are
     check_variant(space, "e4m3", parse_arch("sm_90"), block)  # raises where no point computes it
+    from gemmgen.tune.loop import named_points_in
+    assert named_points_in(space.narrowed("e4m3", block), "e4m3") == ["hopper_e4m3_block"]  # a block tune's seed
 
 
 # ---- bad files ----------------------------------------------------------------------------------
