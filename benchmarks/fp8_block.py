@@ -91,7 +91,7 @@ def main():
         def check(got):
             return device_verdict(got, ref, bound, "e4m3", s.k, "bf16")
 
-        kb, kbp, nb = scaling.k_blocks(s.k), scaling.k_blocks_padded(s.k), -(-s.n // 128)
+        kb, kbp, nb = scaling.blocks(s.k), scaling.k_blocks_padded(s.k), scaling.blocks(s.n)
         ts_a, ts_b = sa.view(kb, s.m).t(), sb.view(nb, kbp).t()  # torch's (M, KB) and (KBP, NB), column-major
 
         def scaled_mm():

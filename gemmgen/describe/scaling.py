@@ -20,14 +20,14 @@ value has 4 significant bits, an fp32 scale 24), so a reference multiplies the o
 BLOCK = 128  # elements of K (and of N, for B) that one block scale covers
 
 
-def k_blocks(k: int) -> int:
-    """KB: the 128-element blocks of K."""
-    return -(-k // BLOCK)
+def blocks(size: int) -> int:
+    """The 128-element blocks of ``size`` elements: KB for K, and B's blocks of N."""
+    return -(-size // BLOCK)
 
 
 def k_blocks_padded(k: int) -> int:
     """KBP: KB rounded up to a multiple of 4, scale_b's stride between blocks of N (scale=block)."""
-    return -(-k_blocks(k) // 4) * 4
+    return -(-blocks(k) // 4) * 4
 
 
 def lengths(scale: str, m: int, n: int, k: int) -> tuple[int, ...]:
@@ -37,7 +37,7 @@ def lengths(scale: str, m: int, n: int, k: int) -> tuple[int, ...]:
     if scale == "row":
         return (m, n)
     if scale == "block":
-        return (k_blocks(k) * m, -(-n // BLOCK) * k_blocks_padded(k))
+        return (blocks(k) * m, blocks(n) * k_blocks_padded(k))
     return ()
 
 

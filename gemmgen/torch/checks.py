@@ -216,8 +216,8 @@ def check_bias(bias: Operand | None, m: int, n: int, a: Operand, out: Operand | 
 def _block_layout(name: str, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(shape, strides) of torch._scaled_mm's block scales, gemmgen's layout (gemmgen.describe.scaling):
     scale_a (M, KB) with strides (1, M); scale_b (KBP, ceil(N/128)) with strides (1, KBP)."""
-    kb, kbp = scaling.k_blocks(k), scaling.k_blocks_padded(k)
-    return ((m, kb), (1, m)) if name == "scale_a" else ((kbp, -(-n // scaling.BLOCK)), (1, kbp))
+    kb, kbp = scaling.blocks(k), scaling.k_blocks_padded(k)
+    return ((m, kb), (1, m)) if name == "scale_a" else ((kbp, scaling.blocks(n)), (1, kbp))
 
 
 def _check_block_scale(name: str, t: Operand, m: int, n: int, k: int) -> None:

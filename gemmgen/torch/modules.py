@@ -93,7 +93,7 @@ def quantize_1x128(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     magnitude becomes 448. scale is (rows, ceil(K/128)) with strides (1, rows): what a
     scale=block launcher (and torch._scaled_mm) takes as scale_a (gemmgen.describe.scaling)."""
     rows, k = x.shape
-    kb = scaling.k_blocks(k)
+    kb = scaling.blocks(k)
     padded = torch.nn.functional.pad(x.float(), (0, kb * scaling.BLOCK - k)).view(rows, kb, scaling.BLOCK)
     scale = _block_amax_scale(padded.abs().amax(dim=-1))
     q = _e4m3(padded, scale.unsqueeze(-1)).view(rows, kb * scaling.BLOCK)[:, :k].contiguous()
@@ -106,7 +106,7 @@ def quantize_128x128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     strides (1, KBP), KBP = ceil(K/128) rounded up to 4 (the padding holds 1): what a scale=block
     launcher (and torch._scaled_mm) takes as scale_b."""
     n, k = w.shape
-    nb, kb, kbp = -(-n // scaling.BLOCK), scaling.k_blocks(k), scaling.k_blocks_padded(k)
+    nb, kb, kbp = scaling.blocks(n), scaling.blocks(k), scaling.k_blocks_padded(k)
     padded = torch.nn.functional.pad(w.float(), (0, kb * scaling.BLOCK - k, 0, nb * scaling.BLOCK - n))
     blocks = padded.view(nb, scaling.BLOCK, kb, scaling.BLOCK)
     scale = _block_amax_scale(blocks.abs().amax(dim=(1, 3)))  # (nb, kb)

@@ -39,7 +39,7 @@ def test_the_scaled_product_is_the_product_of_the_scaled_operands(scale):
             else:
                 kbp = scaling.k_blocks_padded(k)
                 want[i, j] = sum(sa[kb * m + i] * sb[j // 128 * kbp + kb] * a[i, kb * 128:(kb + 1) * 128]
-                                 @ b[kb * 128:(kb + 1) * 128, j] for kb in range(scaling.k_blocks(k)))
+                                 @ b[kb * 128:(kb + 1) * 128, j] for kb in range(scaling.blocks(k)))
     np.testing.assert_allclose((a * big_a) @ (b * big_b), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 import gemmgen.torch as gt  # noqa: E402 (needs torch, checked above)
 from gemmgen.codegen.render import render_kernel  # noqa: E402
-from gemmgen.describe.scaling import expand, k_blocks, k_blocks_padded, lengths  # noqa: E402
+from gemmgen.describe.scaling import blocks, expand, k_blocks_padded, lengths  # noqa: E402
 from gemmgen.describe.config import make_config  # noqa: E402
 from gemmgen.describe.points import NAMED_POINTS  # noqa: E402
 from gemmgen.measure import verify  # noqa: E402
@@ -195,10 +195,10 @@ def block_scales(np_rng, m, n, k):
     """uniform(1/4, 4) float32 block scales as torch._scaled_mm takes them: scale_a (M, KB) with
     strides (1, M), scale_b (KBP, ceil(N/128)) with strides (1, KBP)."""
     len_a, len_b = lengths("block", m, n, k)
-    kb, kbp = k_blocks(k), k_blocks_padded(k)
+    kb, kbp = blocks(k), k_blocks_padded(k)
     sa = torch.from_numpy(np_rng.uniform(0.25, 4.0, len_a).astype(np.float32)).cuda()
     sb = torch.from_numpy(np_rng.uniform(0.25, 4.0, len_b).astype(np.float32)).cuda()
-    return sa.view(kb, m).t(), sb.view(-(-n // 128), kbp).t()
+    return sa.view(kb, m).t(), sb.view(blocks(n), kbp).t()
 
 
 def judge_block(c, a, b, sa, sb):
