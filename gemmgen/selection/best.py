@@ -63,11 +63,12 @@ def _baseline_key(r) -> tuple:
     return r.device, r.batch_count, r.M, r.N, r.K
 
 
-def _baselines(rows) -> dict[tuple, list]:
-    """cuBLAS's timed rows among ``rows``: (device, batch count, M, N, K) -> [(when, row)]."""
+def _baselines(rows, field: str = "tflops") -> dict[tuple, list]:
+    """cuBLAS's rows among ``rows`` with a ``field`` (its TFLOP/s, or its rel_error): (device, batch
+    count, M, N, K) -> [(when, row)]."""
     found = defaultdict(list)
     for r in rows:
-        if r.family == "cublas" and r.tflops:
+        if r.family == "cublas" and getattr(r, field):
             found[_baseline_key(r)].append((datetime.fromisoformat(r.created_at), r))
     return found
 
@@ -82,10 +83,7 @@ def error_ratios(rows) -> dict[tuple[str, int, int, int], float]:
     """(kernel, M, N, K) -> the largest ratio of the kernel's measured error to cuBLAS's there
     (cuBLAS's row at that shape, device and batch count nearest in time), over ``rows`` (results
     of one precision and variant) where both errors are stored."""
-    base = defaultdict(list)
-    for r in rows:
-        if r.family == "cublas" and r.rel_error:
-            base[_baseline_key(r)].append((datetime.fromisoformat(r.created_at), r))
+    base = _baselines(rows, "rel_error")
     out: dict[tuple[str, int, int, int], float] = {}
     for r in rows:
         times = base.get(_baseline_key(r))

@@ -105,15 +105,22 @@ def _candidates(measured_at: dict, n: int, k: int) -> tuple[list[str], str]:
     return known, f"nothing measured on this layer: {len(known)} kernels measured on other layers, predicted"
 
 
-def _accurate(names: list[str], errors: dict, configs: dict, precision: str, n: int, k: int) -> list[str]:
+def _worst_errors(db, precision: str, variant: Variant, batch_count: int | None) -> dict:
+    """FP8: (kernel, N, K) -> its largest error on the layer as a multiple of cuBLAS's
+    (gemmgen.selection.best.error_ratios over the stored rows); empty for the other precisions."""
+    worst = defaultdict(float)
+    if PRECISIONS[precision].fp8:
+        rows = db.results(precision=precision, status="ok", variant=variant, batch_count=batch_count)
+        for (name, _, n, k), ratio in error_ratios(rows).items():
+            worst[name, n, k] = max(worst[name, n, k], ratio)
+    return worst
+
+
+def _accurate(names: list[str], worst: dict, configs: dict, precision: str, n: int, k: int) -> list[str]:
     """The FP8 candidates of layer N x K that keep to the accuracy rule (see the module), from
-    ``errors`` (gemmgen.selection.best.error_ratios of the stored rows); all of ``names`` for
-    the other precisions."""
+    ``worst`` (_worst_errors); all of ``names`` for the other precisions."""
     if not PRECISIONS[precision].fp8:
         return names
-    worst = defaultdict(float)  # (kernel, N, K) -> its largest error ratio on the layer
-    for (name, _, n2, k2), ratio in errors.items():
-        worst[name, n2, k2] = max(worst[name, n2, k2], ratio)
 
     def keeps(name: str) -> bool:
         if (name, n, k) in worst:
@@ -174,13 +181,12 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
     for s in samples:
         found[s.kernel, s.shape.n, s.shape.k].add(s.shape.m)
     measured_at = dict(found)  # (kernel, N, K) -> token counts measured: only what was, however it is read
-    errors = error_ratios(db.results(precision=precision, status="ok", variant=variant, batch_count=batch_count)) \
-        if PRECISIONS[precision].fp8 else {}
+    worst = _worst_errors(db, precision, variant, batch_count)
     # per layer: candidate names, their predicted times (candidates x M), where they came from
     grids, bases = {}, {}
     for n, k in asked:
         names, basis = _candidates(measured_at, n, k)
-        accurate = _accurate(names, errors, configs, precision, n, k)
+        accurate = _accurate(names, worst, configs, precision, n, k)
         if len(accurate) < len(names):
             left = len(names) - len(accurate)
             basis += (f"; {left} over {ERROR_BOUND}x cuBLAS's error left out" if accurate else
