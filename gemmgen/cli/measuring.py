@@ -196,7 +196,8 @@ def print_tune_report(report, family: str, precision: str, shapes: list, jobs: i
         print("the best, re-timed in alternation with cuBLAS (as gemmgen bench times them):")
         for r in report.retimed:
             ratio = f"{100 * r.ratio:.1f}% of cuBLAS" if r.ratio else "-"
-            print(f"  {r.name}  {r.tflops:.2f} TFLOP/s  {ratio}")
+            over = "" if r.accurate else "  (error over the FP8 bound: ranked last)"
+            print(f"  {r.name}  {r.tflops:.2f} TFLOP/s  {ratio}{over}")
         winner = report.retimed[0]
         print("  " + ", ".join(f"{k}={v}" for k, v in winner.config.params.items()))
     elif report.best:

@@ -46,6 +46,7 @@ from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidParameter, InvalidPoint
 from gemmgen.measure.outcome import CUT_PREFIX, Measured, timed_problem_id
 from gemmgen.measure.timing import Timing
+from gemmgen.selection.best import ERROR_BOUND, within_error
 from gemmgen.selection.report import geometric_mean
 from gemmgen.store.studies import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, open_storage, open_study
 from gemmgen.tune.sampler import FeasibleSampler, make_sampler
@@ -55,6 +56,7 @@ GIVE_UP = 1.25  # a candidate slower than this times the best median so far is t
 RETIME_TOP = 3  # points re-timed in alternation with cuBLAS at the end
 FINAL_TAG = ":final"  # the re-timed rows' tag: the study's name and this
 RETIMED_ATTR = "retimed"  # the study's user attribute that keeps the last re-timing's results
+INACCURATE_WEIGHT = 1e-3  # a point over FP8's error bound counts as this fraction of its TFLOP/s (TrialOutcome.value)
 MAX_ASKS_PER_TRIAL = 50  # grid: asks per requested trial before giving up on a space of few feasible points
 _ANY_STATUS = ("ok", "wrong_result", "compile_error", "launch_error", "infeasible")
 CHECK_DRAWS = 2000  # points of a space drawn, at most, to find one that computes the variant asked
@@ -124,6 +126,18 @@ class TrialOutcome:
     per_shape: list[Measured] = field(default_factory=list)
     reused: bool = False
     message: str = ""
+    error_ratio: float | None = None  # FP8: its largest error over the shapes, as a multiple of cuBLAS's there
+    accurate: bool = True  # gemmgen.selection.best.within_error of that
+
+    @property
+    def value(self) -> float | None:
+        """What the study maximizes: TFLOP/s, times INACCURATE_WEIGHT where the point is not
+        accurate (FP8 over the best-kernel policy's error bound), so that every accurate point
+        ranks first and the search learns where accuracy lies, while the slower of two inaccurate
+        points still ranks lower."""
+        if self.tflops is None:
+            return None
+        return self.tflops if self.accurate else self.tflops * INACCURATE_WEIGHT
 
     @property
     def timed_fully(self) -> bool:
@@ -140,6 +154,7 @@ class Retimed:
     config: KernelConfig
     tflops: float
     ratio: float | None
+    accurate: bool = True  # see TrialOutcome
 
 
 @dataclass
@@ -202,8 +217,9 @@ class _Work:
 
 
 def _lower_best(best_ms: dict, outcome: TrialOutcome) -> None:
-    """best_ms[shape]: the lowest median of a fully timed, verified point so far."""
-    if outcome.status == "ok":
+    """best_ms[shape]: the lowest median of a fully timed, verified, accurate point so far (an
+    inaccurate one would cut the accurate points slower than it)."""
+    if outcome.status == "ok" and outcome.accurate:
         for m in outcome.per_shape:
             if m.timing and not m.cut:
                 best_ms[m.shape] = min(best_ms.get(m.shape, m.timing.median_ms), m.timing.median_ms)
@@ -256,6 +272,7 @@ class Tuner:
         self.measuring_s = 0.0
         self.compile_wait_s = 0.0
         self._stale_check_at = 0.0  # when _settle_waiting next fails this study's stale trials
+        self._baseline_error: dict[Shape, float] = {}  # cuBLAS's rel_error per shape, once run() measured it
 
     # ---- points ----
 
@@ -299,12 +316,19 @@ class Tuner:
         return dict(kernel_id=kernel_id, device_id=self.bench.device_id,
                     problem_id=timed_problem_id(db, self.shapes[0]))
 
+    def _error_ratio(self, per_shape: list[Measured]) -> float | None:
+        """The largest of a point's errors over cuBLAS's at the same shape (None where none is known)."""
+        ratios = [m.rel_error / self._baseline_error[m.shape] for m in per_shape
+                  if m.rel_error is not None and self._baseline_error.get(m.shape)]
+        return max(ratios) if ratios else None
+
     def _outcome(self, config: KernelConfig, per_shape: list[Measured], reused: bool) -> TrialOutcome:
         bad = next((m for m in per_shape if m.status != "ok"), None)
         if bad:
             return TrialOutcome(config, config.name, bad.status, None, per_shape, reused, bad.message)
+        ratio = self._error_ratio(per_shape)
         return TrialOutcome(config, config.name, "ok", geometric_mean([m.tflops for m in per_shape]), per_shape,
-                            reused)
+                            reused, error_ratio=ratio, accurate=within_error(self.precision, ratio))
 
     # ---- the GPU thread ----
 
@@ -388,6 +412,7 @@ class Tuner:
         baseline = {s: self._timed(self.bench.measure_cublas, self.precision, s, self.variant)
                     for s in self.shapes}
         base = [m.tflops for m in baseline.values()]
+        self._baseline_error = {s: m.rel_error for s, m in baseline.items() if m.status == "ok" and m.rel_error}
         base_tflops = geometric_mean(base) if all(base) else None
         best_ms = self._best_stored_ms()
         state = {"best": None, "named": {}, "done": 0, "pruned": 0, "asks": 0}
@@ -513,7 +538,10 @@ class Tuner:
         trial.set_user_attr("kernel", outcome.name)
         trial.set_user_attr("status", outcome.status)
         if outcome.status == "ok":
-            self.study.tell(trial, outcome.tflops)
+            if not outcome.accurate:
+                trial.set_user_attr("message", f"error {outcome.error_ratio:.2f}x cuBLAS's, over the bound of "
+                                               f"{ERROR_BOUND}x: ranked after every accurate point")
+            self.study.tell(trial, outcome.value)
         else:
             if outcome.message:
                 trial.set_user_attr("message", outcome.message[:2000])
@@ -522,7 +550,7 @@ class Tuner:
         state["done"] += 1
         if outcome.status == "ok":
             _lower_best(best_ms, outcome)  # a reused or another tuner's point may be the best too
-            if state["best"] is None or outcome.tflops > state["best"].tflops:
+            if state["best"] is None or outcome.value > state["best"].value:
                 state["best"] = outcome
             point = trial.user_attrs.get("named_point")
             if point:
@@ -589,10 +617,11 @@ class Tuner:
                 if all(m.status == "ok" for m in per_shape):
                     ratios = [m.baseline_ratio for m in per_shape]
                     out.append(Retimed(config.name, config, geometric_mean([m.tflops for m in per_shape]),
-                                       geometric_mean(ratios) if all(ratios) else None))
+                                       geometric_mean(ratios) if all(ratios) else None,
+                                       within_error(self.precision, self._error_ratio(per_shape))))
         finally:
             self.bench.interleave, self.bench.tag = interleave, tag
-        out.sort(key=lambda r: (r.ratio or 0.0, r.tflops), reverse=True)
-        kept = [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio} for r in out]
+        out.sort(key=lambda r: (r.accurate, r.ratio or 0.0, r.tflops), reverse=True)
+        kept = [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio, "accurate": r.accurate} for r in out]
         self.study.set_user_attr(RETIMED_ATTR, kept)
         return out

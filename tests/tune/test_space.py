@@ -75,17 +75,17 @@ def test_every_space_holds_valid_points(family):
 
 
 def test_a_space_narrows_to_the_values_a_precision_and_variant_allow():
-    """hopper's promote: 0 for 16-bit types, 1 for FP8 block scales, both for other FP8 scalings;
+    """hopper's promote: 0 for 16-bit types, 1 for FP8 block scales, every one for other FP8 scalings;
     a block-scaled tune then finds points (the space's promote=0 alone could build none)."""
     from gemmgen.describe.problem import Variant
     from gemmgen.tune.loop import check_variant
 
     space = load_space("hopper")
-    assert space.params["promote"] == (0, 1)
+    assert space.params["promote"] == (0, 1, 4, 16)
     assert space.narrowed("bf16", Variant()).params["promote"] == (0,)
     block = Variant("nt", "bf16", scale="block")
     assert space.narrowed("e4m3", block).params["promote"] == (1,)
-    assert space.narrowed("e4m3", Variant("nt", "bf16", scale="row")).params["promote"] == (0, 1)
+    assert space.narrowed("e4m3", Variant("nt", "bf16", scale="row")).params["promote"] == (0, 1, 4, 16)
     assert space.narrowed("e4m3", block).params["BM"] == space.params["BM"]  # the others as they are
     check_variant(space, "e4m3", parse_arch("sm_90"), block)  # raises where no point computes it
     from gemmgen.tune.loop import named_points_in

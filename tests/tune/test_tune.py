@@ -1,6 +1,7 @@
 """The tuning loop without a GPU: the GPU step is replaced by a deterministic stand-in that
 records into a real (temporary) results database; compiles are real where marked nvcc."""
 
+import dataclasses
 import random
 import re
 import threading
@@ -228,8 +229,46 @@ def test_progress_lines_and_live_bars():
 def test_the_retimed_are_kept_on_the_study(url):
     report = make_tuner(url, FakeBench(ResultsDB(url)), seed=4).run(6)
     kept = optuna.load_study(study_name="s", storage=url).user_attrs[tune.loop.RETIMED_ATTR]
-    assert kept == [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio} for r in report.retimed]
+    assert kept == [{"kernel": r.name, "tflops": r.tflops, "ratio": r.ratio, "accurate": True} for r in report.retimed]
     assert len(kept) >= 1 and kept[0]["ratio"] > 0
+
+
+class Fp8Bench(FakeBench):
+    """FP8 errors: cuBLAS's 1e-3 (it promotes), a kernel's 1e-3 where it promotes and 2e-3 (over
+    the 1.5x bound) where its tensor cores accumulate all of K."""
+
+    def measure_cublas(self, precision, shape, variant=Variant()):
+        return dataclasses.replace(super().measure_cublas(precision, shape, variant), rel_error=1e-3)
+
+    def measure_point(self, label, config, shape, build=None, give_up_ms=None):
+        m = super().measure_point(label, config, shape, build=build, give_up_ms=give_up_ms)
+        return dataclasses.replace(m, rel_error=1e-3 if config.params["promote"] else 2e-3)
+
+
+def test_an_fp8_point_over_the_error_bound_ranks_after_every_accurate_one(url):
+    """The study maximizes speed among the points within FP8's error bound (gemmgen.selection.best):
+    a faster point over it is told at INACCURATE_WEIGHT of its TFLOP/s, says why, does not set the
+    cut, and is re-timed last."""
+    bench = Fp8Bench(ResultsDB(url))
+    t = tune.Tuner(bench, load_space("hopper"), "e4m3", SM90, SHAPES, study="f8", storage=url, sampler="random",
+                   seed=1, jobs=2, log=lambda line: None, variant=Variant("nt", "bf16", scale="tensor"))
+    t.compile_fn = fake_compile
+    bench.tuner = t
+    report = t.run(16)
+    trials = [x for x in optuna.load_study(study_name="f8", storage=url).trials if x.state.name == "COMPLETE"]
+    fast = [x for x in trials if x.params["promote"] == 0]
+    promoted = [x for x in trials if x.params["promote"] > 0]
+    assert fast and promoted
+    fastest = max(fake_tflops(t.config(x.params)) for x in trials)
+    assert fastest in [fake_tflops(t.config(x.params)) for x in fast], "no inaccurate point was the fastest: nothing tested"
+    assert max(x.value for x in fast) < min(x.value for x in promoted)
+    assert all(x.value == pytest.approx(tune.loop.INACCURATE_WEIGHT * fake_tflops(t.config(x.params))) for x in fast)
+    assert all("over the bound of 1.5x" in x.user_attrs["message"] for x in fast)
+    assert report.best.accurate and report.best.config.params["promote"] > 0 and report.best.error_ratio == 1.0
+    assert report.retimed[0].accurate
+    assert [r.accurate for r in report.retimed] == sorted((r.accurate for r in report.retimed), reverse=True)
+    cut = SHAPES[0].flops / (max(fake_tflops(t.config(x.params)) for x in promoted) * 1e9)
+    assert min(g for g in bench.give_ups if g is not None) >= tune.loop.GIVE_UP * cut * (1 - 1e-9)
 
 
 def test_extra_first_points_come_after_the_named_points_once(url):
