@@ -70,6 +70,35 @@ def summary(rows):
             "all_correct": all(x["correct"] for x in rows)}
 
 
+def plot(rows, layers, path, title, ylabel):
+    """The ratio against M, a line per layer, with 1.0 and 0.9 marked, to ``path`` (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for n, k in layers:
+        mine = [r for r in rows if (r["n"], r["k"]) == (n, k)]
+        ax.plot([r["m"] for r in mine], [r["ratio"] for r in mine], "o-", ms=3, lw=0.8, label=f"N={n}, K={k}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(0.9, color="r", lw=0.6, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("token count M")
+    ax.set_ylabel(f"{ylabel} (above 1: faster)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def print_table(result, heading):
+    """Per layer and in all: shapes, geometric mean, worst, counts under 0.90 and 0.80, correct."""
+    print(f"\n== {heading}")
+    print(f"{'layer':<14}{'shapes':>7}{'geomean':>9}{'worst':>8}{'<0.90':>7}{'<0.80':>7}  correct")
+    for name, s in list(result["layers"].items()) + [("all", result["all"])]:
+        print(f"{name:<14}{s['shapes']:>7}{s['geomean']:>9.3f}{s['worst']:>8.3f}{s['under_0.90']:>7}"
+              f"{s['under_0.80']:>7}  {s['all_correct']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("precision")
@@ -136,28 +165,10 @@ def main() -> None:
               "all": summary(rows), "device": torch.cuda.get_device_name(dev)}
     json.dump(result, open(args.out, "w"), indent=1)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        for n, k in layers:
-            mine = [r for r in rows if (r["n"], r["k"]) == (n, k)]
-            ax.plot([r["m"] for r in mine], [r["ratio"] for r in mine], "o-", ms=3, lw=0.8, label=f"N={n}, K={k}")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(0.9, color="r", lw=0.6, ls="--")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("token count M")
-        ax.set_ylabel("torch time / gemmgen time (above 1: faster)")
-        ax.set_title(f"{args.label or args.dispatcher} {args.precision} ({variant.text}) on "
-                     f"{torch.cuda.get_device_name(dev)}: geomean {result['all']['geomean']:.3f}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=110)
-    print(f"\n== {args.label} {args.precision} ({variant.text}) vs torch, {len(rows)} shapes, M in {args.range}")
-    print(f"{'layer':<14}{'shapes':>7}{'geomean':>9}{'worst':>8}{'<0.90':>7}{'<0.80':>7}  correct")
-    for name, s in list(result["layers"].items()) + [("all", result["all"])]:
-        print(f"{name:<14}{s['shapes']:>7}{s['geomean']:>9.3f}{s['worst']:>8.3f}{s['under_0.90']:>7}"
-              f"{s['under_0.80']:>7}  {s['all_correct']}")
+        plot(rows, layers, args.plot, f"{args.label or args.dispatcher} {args.precision} ({variant.text}) on "
+             f"{result['device']}: geomean {result['all']['geomean']:.3f}", "torch time / gemmgen time")
+    print_table(result, f"{args.label} {args.precision} ({variant.text}) vs torch, {len(rows)} shapes, M in "
+                        f"{args.range}")
     sys.exit(0 if result["all"]["all_correct"] else 1)
 
 

@@ -400,19 +400,21 @@ class Tuner:
 
     def run(self, n_trials: int, timeout_s: float | None = None, budget: Budget | None = None,
             retime: bool = True, pool=None) -> TuneReport:
-        """Up to ``n_trials`` feasible trials (or what ``budget`` allows), or until ``timeout_s``;
-        then, with ``retime``, the best re-timed against cuBLAS. ``pool``: compile workers shared
+        """Up to ``n_trials`` feasible trials (or what ``budget`` allows), or until ``timeout_s``
+        (seconds, counted once cuBLAS's baseline is measured: no new trial is asked after it); then, with ``retime``, the best re-timed against cuBLAS. ``pool``: compile workers shared
         with other tuners (an executor: ``submit(fn, *args)`` returns a Future), left running;
         without one the run starts ``jobs`` workers of its own. Either way the tuner keeps at most
         2 x ``jobs`` points on their way (compiling, waiting for the GPU or for another tuner)."""
         budget = budget or Budget(n_trials)
-        start = time.monotonic()
         self._note(f"measuring cuBLAS at {', '.join(str(s) for s in self.shapes)}"
                    + (f" ({self.variant.text})" if self.variant != Variant() else ""))
         baseline = {s: self._timed(self.bench.measure_cublas, self.precision, s, self.variant)
                     for s in self.shapes}
         base = [m.tflops for m in baseline.values()]
         self._baseline_error = {s: m.rel_error for s, m in baseline.items() if m.status == "ok" and m.rel_error}
+        # the time limit counts from here: making the operands of a large shape (FP8's are encoded
+        # on the host) took longer than a workload's per-shape limit, which then measured nothing
+        start = time.monotonic()
         base_tflops = geometric_mean(base) if all(base) else None
         best_ms = self._best_stored_ms()
         state = {"best": None, "named": {}, "done": 0, "pruned": 0, "asks": 0}

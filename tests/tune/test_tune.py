@@ -271,6 +271,19 @@ def test_an_fp8_point_over_the_error_bound_ranks_after_every_accurate_one(url):
     assert min(g for g in bench.give_ups if g is not None) >= tune.loop.GIVE_UP * cut * (1 - 1e-9)
 
 
+class SlowBaselineBench(FakeBench):
+    def measure_cublas(self, precision, shape, variant=Variant()):
+        time.sleep(1.0)  # a large FP8 shape's operands, encoded on the host, took longer than a workload's limit
+        return super().measure_cublas(precision, shape, variant)
+
+
+def test_the_time_limit_counts_from_the_baseline_so_a_slow_one_leaves_trials(url):
+    bench = SlowBaselineBench(ResultsDB(url))
+    report = make_tuner(url, bench).run(4, timeout_s=0.8, retime=False)
+    assert report.trials >= 1 and bench.measured
+    assert report.seconds < 1.0 + 0.8 + 5.0
+
+
 def test_extra_first_points_come_after_the_named_points_once(url):
     extra = {**point_spec("v4")[2], "BN": 64}  # v4 with a 64-column tile: another feasible point
     name = make_config("warp", extra, "fp32", SM90).name

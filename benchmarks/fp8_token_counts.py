@@ -1,0 +1,117 @@
+"""An FP8 dispatcher against torch._scaled_mm at token counts drawn at random (issue 29's measure,
+for issue 32's dispatchers): for each layer N x K given, COUNT token counts drawn uniformly from
+[LO, HI] (token_counts.draw), e4m3 A (M x K) and B stored N x K, bf16 C, with the dispatcher's
+scales (scale=tensor: one fp32 value each; scale=block: torch's 1x128 and 128x128 block scales,
+in the layout gemmgen.describe.scaling gives both). Each result -- the dispatcher's through
+gemmgen.torch and torch._scaled_mm's (its default accumulation, which promotes) -- is checked
+against the float64 product of the exact fp8 values and scales, and its relative error set beside
+torch's; then the two are timed alternating, median after warm-up with the host's latency hidden,
+L2 flushed, gemmgen's C poisoned (torch's is new at each call). torch has no block-scaled algorithm where M is not a multiple of 4: such
+counts are reported as refused and kept out of the ratios. Prints per layer and in all the
+geometric mean, the worst, the counts under 0.90 and 0.80, and the largest error ratio; writes
+every row to OUT.json and, with --plot, the ratio against M per layer.
+usage: python benchmarks/fp8_token_counts.py DISPATCHER.cu OUT.json --layer NxK [--layer ...]
+       [--count 25] [--range 1 8192] [--seed 29] [--plot OUT.png] [--rounds 15] [--label NAME]
+       (needs an H100/H200 and torch; run from the checkout root)"""
+import argparse
+import json
+import sys
+
+import torch
+from alternate import Alternate, device_verdict
+from fp8_block import expanded
+from token_counts import draw, plot, print_table, summary
+
+from gemmgen.describe import scaling
+from gemmgen.describe.problem import Shape
+from gemmgen.torch import load
+
+
+def operands(variant, s: Shape, dev, gen):
+    """(a, w, ours' scales, torch's scales, ref, bound): e4m3 A and W, the scales in each's
+    layout (views of the same memory), the float64 product and the sum of its absolute terms."""
+    a = (torch.rand(s.m, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    w = (torch.rand(s.n, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    len_a, len_b = scaling.lengths(variant.scale, s.m, s.n, s.k)
+    sa = torch.rand(len_a, device=dev, generator=gen) * 3.75 + 0.25
+    sb = torch.rand(len_b, device=dev, generator=gen) * 3.75 + 0.25
+    if variant.scale == "block":
+        big_a, big_w = expanded(sa, sb, s, dev)
+        kb, kbp, nb = scaling.blocks(s.k), scaling.k_blocks_padded(s.k), scaling.blocks(s.n)
+        ours = theirs = (sa.view(kb, s.m).t(), sb.view(nb, kbp).t())
+    elif variant.scale == "tensor":
+        big_a, big_w = sa.double(), sb.double()
+        ours = theirs = (sa, sb)
+    else:
+        sys.exit(f"variant {variant.text}: this benchmark compares scale=tensor and scale=block with torch._scaled_mm")
+    a64, w64 = a.double() * big_a, w.double() * big_w
+    return a, w, ours, theirs, a64 @ w64.T, a64.abs() @ w64.abs().T
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dispatcher")
+    ap.add_argument("out")
+    ap.add_argument("--layer", action="append", required=True, metavar="NxK")
+    ap.add_argument("--count", type=int, default=25)
+    ap.add_argument("--range", type=int, nargs=2, default=(1, 8192), metavar=("LO", "HI"))
+    ap.add_argument("--seed", type=int, default=29)
+    ap.add_argument("--plot", metavar="PNG")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    layers = [tuple(int(x) for x in text.lower().split("x")) for text in args.layer]
+    shapes = draw(layers, args.count, *args.range, args.seed, {})
+    dev = torch.device("cuda:0")
+    op = load(args.dispatcher)
+    variant = op.variant
+    if op.dtype != torch.float8_e4m3fn or variant.trans != "nt" or variant.bias != "none" or variant.act != "none":
+        sys.exit(f"{args.dispatcher}: variant {variant.text}: this benchmark takes e4m3 nt dispatchers without an "
+                 "epilogue (torch._scaled_mm's product)")
+    clock = Alternate(dev)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    rows, refused = [], []
+    for index, (m, n, k) in enumerate([shapes[0], *shapes]):  # the first twice: torch warms up over seconds
+        s = Shape(m, n, k)
+        a, w, (oa, ob), (ta, tb), ref, bound = operands(variant, s, dev, gen)
+        c = torch.empty(m, n, device=dev, dtype=op.out_dtype)
+        ours = lambda: op(a, w, out=c, scale_a=oa, scale_b=ob)
+        theirs = lambda: torch._scaled_mm(a, w.t(), ta, tb, out_dtype=op.out_dtype)  # C of its own, new
+        c.fill_(float("nan"))
+        ours()
+        mine = device_verdict(c, ref, bound, "e4m3", k, variant.out)
+        try:
+            torch_v = device_verdict(theirs(), ref, bound, "e4m3", k, variant.out)
+        except RuntimeError as e:  # no block-scaled algorithm at this M
+            torch_v = None
+            if index:
+                refused.append({"m": m, "n": n, "k": k, "correct": bool(mine.ok), "why": str(e).splitlines()[0]})
+                print(json.dumps(refused[-1]), flush=True)
+        if torch_v is not None:
+            assert torch_v.ok, f"torch._scaled_mm at {s}: {torch_v.message}"
+            fns = [(lambda: c.fill_(float("nan")), ours), (lambda: None, theirs)]
+            t_ours, t_torch = clock.timed_gpu(fns, rounds=args.rounds)
+            if index:
+                rows.append({"m": m, "n": n, "k": k, "kernel": op.choice(m, n, k), "us": t_ours * 1e3,
+                             "torch_us": t_torch * 1e3, "ratio": t_torch / t_ours, "correct": bool(mine.ok),
+                             "message": mine.message, "error_x": mine.rel_error / torch_v.rel_error})
+                print(json.dumps(rows[-1]), flush=True)
+        del a, w, c, ref, bound
+        torch.cuda.empty_cache()
+    result = {"label": args.label, "precision": "e4m3", "dispatcher": args.dispatcher, "variant": variant.text,
+              "range": list(args.range), "seed": args.seed, "rows": rows, "refused_by_torch": refused,
+              "layers": {f"{n}x{k}": summary([r for r in rows if (r["n"], r["k"]) == (n, k)]) for n, k in layers},
+              "all": summary(rows), "device": torch.cuda.get_device_name(dev),
+              "largest_error_x": max(r["error_x"] for r in rows)}
+    json.dump(result, open(args.out, "w"), indent=1)
+    if args.plot:
+        plot(rows, layers, args.plot, f"{args.label or args.dispatcher} e4m3 ({variant.text}) on "
+             f"{result['device']}: geomean {result['all']['geomean']:.3f}", "torch._scaled_mm time / gemmgen time")
+    print_table(result, f"{args.label} e4m3 ({variant.text}) vs torch._scaled_mm, {len(rows)} shapes, M in "
+                        f"{args.range}; largest error {result['largest_error_x']:.2f}x torch's; refused by torch: "
+                        f"{len(refused)} (all correct here: {all(r['correct'] for r in refused)})")
+    sys.exit(0 if result["all"]["all_correct"] and all(r["correct"] for r in refused) else 1)
+
+
+if __name__ == "__main__":
+    main()
