@@ -97,6 +97,28 @@ def test_an_fp8_dispatcher_leaves_out_kernels_over_the_error_bound(tmp_path):
     assert "error" not in plan.layers[0].basis
 
 
+def test_an_fp8_stream_k_kernel_within_the_bound_where_it_split_k_is_held_to_whole_k(tmp_path):
+    """A fast-accumulation stream-K kernel, fastest and within the bound at the token counts it
+    was measured at on K = 14336 (every tile shared, so shorter sums), sums whole K at other counts
+    (1.9x on an H200): with whole-K accumulation over the bound at that K it is left out there,
+    and kept at K = 4096, where whole K is within it."""
+    db = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
+    sk_fast = "hopper_128x128_c2_s6_g8_sk_e4m3_nt_obf16"
+    for k, fast_error in ((4096, 1.23), (14336, 1.9)):
+        for m in (512, 2048):
+            at = Shape(m, 4096, k)
+            store(db, "cublas_e4m3_nt_obf16", "cublas", "e4m3", at, 1300.0, rel_error=1e-3)
+            store(db, FAST_FP8, "hopper", "e4m3", at, 1352.0, rel_error=fast_error * 1e-3)
+            store(db, sk_fast, "hopper", "e4m3", at, 1400.0, rel_error=1.3e-3)
+            store(db, PROMOTED_FP8, "hopper", "e4m3", at, 1300.0, rel_error=1.05e-3)
+            time.sleep(0.002)
+    plan = plan_dispatch(db, "e4m3", SM90, [Shape(2048, 4096, 4096), Shape(2048, 4096, 14336)],
+                         variant=Variant("nt", "bf16"))
+    assert span_kernel(plan, 2048, 4096, 4096) == sk_fast
+    assert span_kernel(plan, 2048, 4096, 14336) == PROMOTED_FP8
+    assert "2 over 1.5x cuBLAS's error left out" in plan.layers[1].basis
+
+
 def test_nothing_stored_is_one_clear_error(tmp_path):
     db, _ = _stored(tmp_path, [(CUBE, BIG, 1.0)])
     with pytest.raises(GemmgenError, match=r"no verified bf16 kernel stored for sm_90 with a cuBLAS time beside it, "

@@ -19,10 +19,15 @@ a token count unless another is predicted clearly faster (the model's error grow
 measurements: gemmgen.selection.dispatch.model.evaluate).
 
 FP8 candidates are held to the accuracy rule of gemmgen.selection.best (ERROR_BOUND times cuBLAS's
-error): on a layer a kernel was measured on, its errors there decide; elsewhere a promoting kernel
-(``promote`` > 0: torch's accuracy at any K) stays, and one that accumulates in the tensor cores
-(whose error grows with K) stays only where it was within the bound on a layer of K as deep or
-deeper. Where that leaves no candidate the layer keeps them all, and its header says so.
+error): a kernel measured over the bound on a layer leaves it; a promoting kernel (``promote`` > 0:
+torch's accuracy at any K) stays; one that accumulates in the tensor cores (whose error grows with
+the length of K it sums there) stays on a layer it was measured within the bound on, and elsewhere
+only where it was within the bound on a layer of K as deep or deeper. A stream-K kernel that
+accumulates in the tensor cores sums a tile's whole K wherever the tile is not shared between
+blocks, which depends on M, so a measurement where every tile was shared says nothing of other
+token counts (on an H200: 1.34x cuBLAS's error at 16 tokens of K = 14336, 1.9x at 366): it stays
+only on layers no deeper than the deepest K a whole-K kernel was within the bound at. Where that
+leaves no candidate the layer keeps them all, and its header says so.
 
 Kernels are shared where it costs little: a token count accepts any kernel predicted within
 ``share_within`` of the fastest candidate there, and kernels are taken greedily, each time the
@@ -122,10 +127,23 @@ def _accurate(names: list[str], worst: dict, configs: dict, precision: str, n: i
     if not PRECISIONS[precision].fp8:
         return names
 
+    def whole_k(name: str) -> bool:  # accumulates each tile's whole K in the tensor cores
+        g = configs[name].geometry
+        return not g.stream_k and g.split_k <= 1
+
+    # the deepest K at which a kernel accumulating whole K in the tensor cores was within the bound
+    deepest = max((k2 for (other, _, k2), ratio in worst.items()
+                   if configs[other].params.get("promote", 0) == 0 and whole_k(other) and within_error(precision, ratio)),
+                  default=0)
+
     def keeps(name: str) -> bool:
-        if (name, n, k) in worst:
-            return within_error(precision, worst[name, n, k])
+        if (name, n, k) in worst and not within_error(precision, worst[name, n, k]):
+            return False
         if configs[name].params.get("promote", 0) > 0:
+            return True
+        if not whole_k(name):  # shares k between blocks at some token counts only: held to whole K's record
+            return k <= deepest
+        if (name, n, k) in worst:
             return True
         return any(k2 >= k and within_error(precision, ratio) for (other, _, k2), ratio in worst.items()
                    if other == name)
