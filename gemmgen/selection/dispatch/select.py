@@ -133,8 +133,8 @@ def _accurate(names: list[str], worst: dict, configs: dict, precision: str, n: i
 
     # the deepest K at which a kernel accumulating whole K in the tensor cores was within the bound
     deepest = max((k2 for (other, _, k2), ratio in worst.items()
-                   if configs[other].params.get("promote", 0) == 0 and whole_k(other) and within_error(precision, ratio)),
-                  default=0)
+                   if other in configs and configs[other].params.get("promote", 0) == 0 and whole_k(other)
+                   and within_error(precision, ratio)), default=0)
 
     def keeps(name: str) -> bool:
         if (name, n, k) in worst and not within_error(precision, worst[name, n, k]):
