@@ -36,8 +36,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     specs = {label: point_spec(label) for label in labels if label.lower() != "cublas"}  # unknown names fail here
     given = variant_options(args)
     if given and args.suite:
-        raise InvalidParameter("--trans, --out, --bias and --act apply to named points; the suite measures the "
-                               "default variant (trans=nn into fp32 C, no bias, no activation)")
+        raise InvalidParameter("--trans, --out, --bias and --act apply to named points; the suite measures each "
+                               "precision in its own variant (trans=nn into fp32 C, no bias, no activation; e4m3: "
+                               "trans=nt into bf16 C with per-tensor scales)")
     specs = {label: (family, precision, {**params, **given}) for label, (family, precision, params) in specs.items()}
     batch_count = measured_batch_count(args, split_variant(given)[1].batched or any(
         split_variant(params)[1].batched for _, _, params in specs.values()))

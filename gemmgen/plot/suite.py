@@ -9,7 +9,7 @@ from gemmgen.describe.problem import Shape
 from gemmgen.errors import GemmgenError
 from gemmgen.selection.best import ranked
 from gemmgen.selection.report import geometric_mean
-from gemmgen.selection.suite import SUITE_PRECISIONS, SUITE_SHAPES
+from gemmgen.selection.suite import SUITE_PRECISIONS, SUITE_SHAPES, suite_variant
 from gemmgen.store.db import ResultRow, ResultsDB
 
 SUITE_TAG = "suite"  # the tag `gemmgen bench --suite` stores its rows with
@@ -69,18 +69,20 @@ def _when(row: ResultRow) -> datetime:
 
 
 def suite_grid(db: ResultsDB, arch: Arch, shapes=SUITE_SHAPES, precisions=SUITE_PRECISIONS) -> SuiteGrid:
-    """The grid of the suite's stored rows for kernels built for ``arch``. Raises GemmgenError
+    """The grid of the suite's stored rows for kernels built for ``arch``, a column per precision
+    that has any (the shipped H100 file has no FP8 suite run). Raises GemmgenError
     where ``db`` holds no suite row for ``arch`` at any of ``shapes`` and ``precisions``."""
     view = _LatestSuiteRun(db, arch)
     cells = {}
     for shape in shapes:
         for precision in precisions:
-            found = ranked(view, precision, shape, arch)
+            found = ranked(view, precision, shape, arch, variant=suite_variant(precision))
             if found:
                 cells[(shape, precision)] = SuiteCell(found[0].kernel, found[0].score, found[0].tflops)
     if not cells:
         raise GemmgenError(f"no suite measurement of a kernel built for {arch.name} is stored in {db.url}: "
                            "`gemmgen bench --suite` makes them")
+    precisions = [p for p in precisions if any(q == p for _, q in cells)]  # a precision never measured: no column
     geomeans = {}
     for precision in precisions:
         ratios = [c.ratio for (_, p), c in cells.items() if p == precision and c.ratio]

@@ -29,8 +29,9 @@ def test_the_suite_is_the_issue_list():
 def test_named_points_where_nothing_is_stored(db):
     """On sm_90 the hopper points; elsewhere, where they cannot run, the mma points."""
     jobs = suite_jobs(db, SM90)
-    assert len(jobs) == len(SUITE_SHAPES) * 4
+    assert len(jobs) == len(SUITE_SHAPES) * 5
     first = {prec: (label, config.name) for shape, prec, label, config in jobs if shape == SUITE_SHAPES[0]}
+    assert first["e4m3"] == ("hopper_e4m3", resolve_point("hopper_e4m3").name + "_stensor")  # torch._scaled_mm's
     assert first["fp32"] == ("v4", resolve_point("v4").name)
     assert first["tf32"] == ("hopper_tf32", resolve_point("hopper_tf32").name)
     assert first["fp16"] == ("hopper_fp16", "hopper_128x256_c2_s4_g8_ov_fp16")
@@ -39,6 +40,7 @@ def test_named_points_where_nothing_is_stored(db):
     ada = {prec: (label, config.name) for shape, prec, label, config in suite_jobs(db, sm89)
            if shape == SUITE_SHAPES[0]}
     assert ada["fp16"] == ("mma_fp16", "mma_128x128x32_w2x2_s5_f2_fp16")
+    assert set(ada) == {"fp32", "tf32", "fp16", "bf16"}  # no FP8 before sm_90
     assert ada["tf32"] == ("mma_tf32", resolve_point("mma_tf32", sm89).name)
 
 
