@@ -414,3 +414,13 @@ def test_results_and_best_narrow_to_a_variant(capsys, tmp_path):
         assert capsys.readouterr().out.startswith(f"{winner}, ")
     assert main(["best", "--precision", "bf16", "--shape", "64", "--gpu", "sm_90", "--act", "relu", "--db", url]) == 2
     assert "no verified bf16 (nn fp32 none relu) kernel at 64x64x64 for sm_90" in capsys.readouterr().err
+
+
+def test_a_bench_run_fails_on_a_kernel_not_on_a_baseline_cublas_cannot_compute():
+    from gemmgen.cli.measuring import measured_ok
+
+    cublas, kernel = {"point": "cublas", "status": "ok"}, {"point": "hopper_e4m3", "status": "ok"}
+    assert measured_ok([cublas, kernel])
+    assert measured_ok([{**cublas, "status": "infeasible"}, kernel])  # no cuBLASLt algorithm at 1000^3 FP8
+    assert not measured_ok([cublas, {**kernel, "status": "wrong_result"}])
+    assert not measured_ok([{**cublas, "status": "launch_error"}, kernel])
