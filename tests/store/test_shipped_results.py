@@ -21,6 +21,7 @@ from gemmgen.store.db import ResultsDB
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = ROOT / "results" / "h100.db"
+FP8_DB = ROOT / "results" / "h200-fp8.db"
 WORKLOAD = ROOT / "workloads" / "llama3-8b.toml"
 
 pytestmark = pytest.mark.skipif(not DB.is_file(), reason="results/h100.db is not in this checkout")
@@ -67,12 +68,36 @@ def test_the_shipped_file_serves_f_linears_layers(bias):
     assert plan.kernels and all(c.name.startswith("hopper_") and c.name.endswith(suffix) for c in plan.kernels)
 
 
-def test_the_file_ships_in_rollback_journal_mode():
+@pytest.mark.parametrize("scale", ["tensor", "block"])
+def test_the_fp8_file_serves_the_fp8_workloads_layers_within_the_error_bound(scale):
+    """Issue 32: the Llama-3-8B layers in FP8 (workloads/llama3-8b-fp8.toml, per-tensor and block
+    scales), tuned on an H200: a dispatcher's plan is made without a GPU, every layer from its own
+    measurements, of the scaled variant, and no kernel of a layer was measured over FP8's error
+    bound there (gemmgen.selection.best.ERROR_BOUND)."""
+    from gemmgen.selection.best import error_ratios, within_error
+
+    workload = load_workload(ROOT / "workloads" / "llama3-8b-fp8.toml")
+    variant = workload.variant_with({"scale": scale})
+    db = ResultsDB(f"sqlite:///{FP8_DB}", create=False)
+    plan = plan_dispatch(db, "e4m3", parse_arch("sm_90"), workload.shapes, variant=variant)
+    assert plan.devices == ("NVIDIA H200",) and len(plan.layers) == 4
+    assert not any("predicted" in layer.basis for layer in plan.layers)
+    assert all(c.name.endswith(f"_e4m3_nt_obf16_s{scale}") for c in plan.kernels)
+    errors = error_ratios(db.results(precision="e4m3", status="ok", variant=variant))
+    for layer in plan.layers:
+        for span in layer.spans:
+            name = plan.kernels[span.kernel].name
+            assert all(within_error("e4m3", ratio) for (k, _, n, kk), ratio in errors.items()
+                       if k == name and (n, kk) == (layer.n, layer.k)), (name, layer.n, layer.k)
+
+
+@pytest.mark.parametrize("db", [DB, FP8_DB], ids=["h100", "h200-fp8"])
+def test_the_file_ships_in_rollback_journal_mode(db):
     """A WAL file's readers must write its -shm file beside it, so a read-only checkout or mount
     could not read it: the file ships in rollback-journal mode, which the tests below read from
     read-only media. SQLite's header says which (bytes 18 and 19, the file format's write and read
     versions: 1 rollback journal, 2 WAL), read here without opening the database."""
-    with DB.open("rb") as f:
+    with db.open("rb") as f:
         header = f.read(20)
     assert header[:16] == b"SQLite format 3\x00"
     assert (header[18], header[19]) == (1, 1)
