@@ -20,7 +20,7 @@ import sys
 import torch
 from alternate import Alternate, device_verdict
 from fp8_block import expanded
-from token_counts import draw, plot, print_table, summary
+from token_counts import draw, drawing_options, layers_of, plot, print_table, summary
 
 from gemmgen.describe import scaling
 from gemmgen.describe.problem import Shape
@@ -50,17 +50,9 @@ def operands(variant, s: Shape, dev, gen):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("dispatcher")
-    ap.add_argument("out")
-    ap.add_argument("--layer", action="append", required=True, metavar="NxK")
-    ap.add_argument("--count", type=int, default=25)
-    ap.add_argument("--range", type=int, nargs=2, default=(1, 8192), metavar=("LO", "HI"))
-    ap.add_argument("--seed", type=int, default=29)
-    ap.add_argument("--plot", metavar="PNG")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--label", default="")
+    drawing_options(ap, 25)
     args = ap.parse_args()
-    layers = [tuple(int(x) for x in text.lower().split("x")) for text in args.layer]
+    layers = layers_of(args)
     shapes = draw(layers, args.count, *args.range, args.seed, {})
     dev = torch.device("cuda:0")
     op = load(args.dispatcher)

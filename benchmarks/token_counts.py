@@ -99,21 +99,32 @@ def print_table(result, heading):
               f"{s['under_0.80']:>7}  {s['all_correct']}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("precision")
+def drawing_options(ap: argparse.ArgumentParser, count: int) -> None:
+    """The options both token-count benchmarks take: the dispatcher, OUT.json, the layers and how
+    their token counts are drawn, the plot, the rounds and the label."""
     ap.add_argument("dispatcher")
     ap.add_argument("out")
     ap.add_argument("--layer", action="append", required=True, metavar="NxK")
-    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--count", type=int, default=count)
     ap.add_argument("--range", type=int, nargs=2, default=(1, 8192), metavar=("LO", "HI"))
     ap.add_argument("--seed", type=int, default=29)
-    ap.add_argument("--not-in", metavar="WORKLOAD", help="leave out the token counts this workload lists")
     ap.add_argument("--plot", metavar="PNG")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--label", default="")
+
+
+def layers_of(args) -> list[tuple[int, int]]:
+    """(N, K) of each --layer NxK."""
+    return [tuple(int(x) for x in text.lower().split("x")) for text in args.layer]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("precision")
+    drawing_options(ap, 100)
+    ap.add_argument("--not-in", metavar="WORKLOAD", help="leave out the token counts this workload lists")
     args = ap.parse_args()
-    layers = [tuple(int(x) for x in text.lower().split("x")) for text in args.layer]
+    layers = layers_of(args)
     listed = {}
     if args.not_in:
         for s in load_workload(args.not_in).shapes:
