@@ -14,8 +14,9 @@
 extern "C" {
 
 // x[i] as a double (exactly), for x of fp32, fp16 or bf16 (kind: a gg_type code; tf32 inputs are
-// fp32's) or, for A and B only, FP8 E4M3 (kind: GG_IN_E4M3, dtypes' check_kind of e4m3).
+// fp32's) or, for A and B only, FP8 E4M3 or E5M2 (kind: GG_IN_E4M3 or GG_IN_E5M2, dtypes' check_kind).
 constexpr int GG_IN_E4M3 = {{ e4m3_kind }};
+constexpr int GG_IN_E5M2 = {{ e5m2_kind }};
 __device__ double gg_element(const void* x, int kind, long long i)
 {
     if (kind == GG_TYPE_FP16)
@@ -24,6 +25,8 @@ __device__ double gg_element(const void* x, int kind, long long i)
         return gg_ref_value(static_cast<const __nv_bfloat16*>(x)[i]);
     if (kind == GG_IN_E4M3)
         return gg_ref_value(static_cast<const __nv_fp8_e4m3*>(x)[i]);
+    if (kind == GG_IN_E5M2)
+        return gg_ref_value(static_cast<const __nv_fp8_e5m2*>(x)[i]);
     return gg_ref_value(static_cast<const float*>(x)[i]);
 }
 

@@ -15,6 +15,7 @@ __host__ __device__ inline double gg_ref_value(__half x) { return __half2float(x
 __host__ __device__ inline double gg_ref_value(__nv_bfloat16 x) { return __bfloat162float(x); }
 #ifdef __CUDA_FP8_TYPES_EXIST__  // cuda_fp8.h is included where an operand is FP8
 __host__ __device__ inline double gg_ref_value(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__host__ __device__ inline double gg_ref_value(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 #endif
 
 // The activation `act` (a gg_act code) in float64, as verify.py's activation: gelu is the tanh

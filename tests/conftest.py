@@ -417,7 +417,7 @@ def check_calls_in_one_process(bench, kernel, config, calls, rng) -> None:
     for m, n, k, a_off, b_off, c_off, alpha, beta in calls:
         shape = Shape(m, n, k)
         a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
-        b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
+        b = verify.random_matrix(rng, *variant.b_dims(shape), precision, "b")
         c0 = verify.random_matrix(rng, m, n, variant.out)
         hosts = [(a, a_off), (b, b_off), (c0 if beta != 0 else _poisoned(c0), c_off)]
         bias = None
@@ -436,7 +436,8 @@ def check_calls_in_one_process(bench, kernel, config, calls, rng) -> None:
         finally:
             for buffer, _ in buffers:
                 buffer.free()
-        a64, b64 = verify.product_operands(verify.as_float64(a, precision), verify.as_float64(b, precision), variant)
+        a64, b64 = verify.product_operands(verify.as_float64(a, precision), verify.as_float64(b, precision, "b"),
+                                           variant)
         ref, scale = verify.host_reference(a64, b64, verify.as_float64(c0, variant.out), alpha, beta)
         if variant.has_epilogue:
             bias64 = verify.as_float64(bias, variant.out) if bias is not None else None
@@ -497,10 +498,10 @@ def check_batched_call(bench, kernel, config, call, rng) -> None:
     stride_bias = 0 if shared_bias else n_bias + pad_bias
     count = max(batch, 1)
 
-    def stack(rows, cols, prec, stride, fill):
+    def stack(rows, cols, prec, stride, fill, operand="a"):
         """The batch's matrices at ``stride`` elements from one another (one where stride is 0),
         the padding between them ``fill``; returns (flat host array, [matrices])."""
-        mats = [verify.random_matrix(rng, rows, cols, prec) for _ in range(count if stride else 1)]
+        mats = [verify.random_matrix(rng, rows, cols, prec, operand) for _ in range(count if stride else 1)]
         flat = np.full((stride * (count - 1) + rows * cols) if stride else rows * cols, fill,
                        dtype=mats[0].dtype)
         for i, mat in enumerate(mats):
@@ -508,7 +509,7 @@ def check_batched_call(bench, kernel, config, call, rng) -> None:
         return flat, mats
 
     a_flat, a_mats = stack(*a_dims, precision, stride_a, 0)
-    b_flat, b_mats = stack(*b_dims, precision, stride_b, 0)
+    b_flat, b_mats = stack(*b_dims, precision, stride_b, 0, "b")
     sentinel = verify.random_matrix(rng, 1, 1, variant.out).reshape(-1)[0]
     c_flat, c_mats = stack(m, n, variant.out, stride_c, sentinel)
     c_start = c_flat.copy()
@@ -544,7 +545,7 @@ def check_batched_call(bench, kernel, config, call, rng) -> None:
             assert got[start + m * n:start + stride_c].tobytes() == c_start[start + m * n:start + stride_c].tobytes(), \
                 f"{what}: matrix {i} wrote past its end"
         a64, b64 = verify.product_operands(verify.as_float64(a_mats[i if stride_a else 0], precision),
-                                           verify.as_float64(b_mats[i if stride_b else 0], precision), variant)
+                                           verify.as_float64(b_mats[i if stride_b else 0], precision, "b"), variant)
         ref, scale = verify.host_reference(a64, b64, verify.as_float64(c_mats[i], variant.out), call["alpha"],
                                            call["beta"])
         if variant.has_epilogue:

@@ -194,7 +194,9 @@ def header_lines(config: KernelConfig, harness: bool = False) -> list[str]:
         f"kernel     : {config.name}",
         f"family     : {config.family.name} -- {config.family.doc}",
         f"parameters : {', '.join(f'{k}={v}' for k, v in config.values)}",
-        f"precision  : {config.precision} (A, B: {config.element_type}; accumulation: float; C: {config.output_type})",
+        f"precision  : {config.precision} (A, B: {config.element_type}"
+        + (f", {config.element_type_b}" if config.element_type_b != config.element_type else "")
+        + f"; accumulation: float; C: {config.output_type})",
         f"target     : {config.build_arch.name}",
         f"launch     : block = ({g.block[0]}, {g.block[1]}, {g.block[2]}) = {g.threads} threads;",
         *_grid(config),

@@ -76,8 +76,8 @@ def _restrict(p: Param) -> Param:
 
 @dataclass(frozen=True)
 class LauncherABI:
-    """The parameter lists of one variant's launcher, with C's element type ``out`` and A's and
-    B's ``elem`` (C type names):
+    """The parameter lists of one variant's launcher, with C's element type ``out``, A's ``elem``
+    and B's (C type names):
 
     ``fields``: gg_operands' fields: every operand any launcher takes.
     ``launch``: the operands GEMMGEN_LAUNCHER, _plan, _launch_workspace and _plan_workspace take
@@ -146,14 +146,14 @@ BIAS_ONLY = ("bias", "stride_bias")
 SCALED_ONLY = ("scale_a", "scale_b")
 
 
-def launcher_abi(variant: Variant, elem: str, out: str, maps: int = 0) -> LauncherABI:
+def launcher_abi(variant: Variant, elem: str, out: str, maps: int = 0, elem_b: str | None = None) -> LauncherABI:
     """The parameter lists of ``variant``'s launcher (see LauncherABI); ``maps``: the kernel's
-    tensor maps."""
+    tensor maps; ``elem_b``: B's element type where it is not A's ``elem`` (FP8 of two formats)."""
     stride = "long long"
     fields = Params((  # gg_operands' order: by type
         Param("int", "M"), Param("int", "N"), Param("int", "K"), Param("int", "batch", "1"),
         Param("float", "alpha", "0.0f"), Param("float", "beta"),
-        Param(f"const {elem}*", "A"), Param(f"const {elem}*", "B"), Param(f"{out}*", "C"),
+        Param(f"const {elem}*", "A"), Param(f"const {elem_b or elem}*", "B"), Param(f"{out}*", "C"),
         Param(f"const {out}*", "bias", "nullptr"),
         Param(stride, "stride_a", "0"), Param(stride, "stride_b", "0"), Param(stride, "stride_c", "0"),
         Param(stride, "stride_bias", "0"),

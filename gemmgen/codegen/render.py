@@ -80,12 +80,13 @@ def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool =
     source = template.render(
         header=header_lines(config, harness),
         abi=launcher_abi(config.variant, config.element_type, config.output_type,
-                         maps=(2 + (g.tma.box_c is not None)) if g.tma else 0),
+                         maps=(2 + (g.tma.box_c is not None)) if g.tma else 0, elem_b=config.element_type_b),
         name=config.name,
         p=config.params,
         d=config.derived,
         precision=config.precision,
         T=config.element_type,
+        TB=config.element_type_b,  # B's: T but for FP8 of two formats
         CT=config.output_type,
         v=config.variant,
         scale_words=scaling.describe(config.variant.scale),  # what scale_a and scale_b hold, in words

@@ -59,8 +59,14 @@ class KernelConfig:
 
     @property
     def element_type(self) -> str:
-        """C type of A and B: float, __half or __nv_bfloat16."""
+        """C type of A (and of B, but for FP8 of two formats): float, __half, __nv_bfloat16,
+        __nv_fp8_e4m3 or __nv_fp8_e5m2."""
         return PRECISIONS[self.precision].c_type
+
+    @property
+    def element_type_b(self) -> str:
+        """C type of B: element_type's, but for FP8 of two formats (gemmgen.describe.dtypes.Precision.b)."""
+        return PRECISIONS[self.precision].b.c_type
 
     @property
     def output_type(self) -> str:

@@ -8,7 +8,7 @@ Every module reads these facts from here (``PRECISIONS[name]`` or :func:`get`); 
 table of its own. tf32 is fp32 data that the tensor cores round to 10 mantissa bits.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gemmgen.errors import InvalidParameter
 
@@ -32,6 +32,13 @@ class Precision:
     tma_type: str | None  # CUtensorMapDataType of A and B (and of C stored in this type)
     u_store: float  # unit roundoff of storing an fp32 result as this type (C's type; tf32 is never one)
     header: str | None = None  # the CUDA header that declares c_type (None: a built-in type)
+    b_elements: "Precision | None" = None  # B's element type where it is not A's (FP8 of two formats); the rest is A's
+
+    @property
+    def b(self) -> "Precision":
+        """The facts of B's elements (c_type, check_kind, torch_dtype, cuda_type, numpy_storage,
+        ptx_type): A's, but for an FP8 precision of two formats (``e5m2e4m3``: A E5M2, B E4M3)."""
+        return self.b_elements or self
 
     @property
     def fp8(self) -> bool:
@@ -40,8 +47,31 @@ class Precision:
         return self.bytes == 1
 
 
-_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF, _CUDA_R_8F_E4M3 = 0, 2, 14, 28
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF, _CUDA_R_8F_E4M3, _CUDA_R_8F_E5M2 = 0, 2, 14, 28, 29
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+
+# FP8's two formats, each the element facts of an operand. E4M3 (4 exponent bits, 3 mantissa bits,
+# no infinities; torch.float8_e4m3fn) for weights and activations; E5M2 (5 exponent bits, 2
+# mantissa bits, IEEE-like with infinities; torch.float8_e5m2) has the range gradients need.
+# Inputs only, never C's type. Hopper's tensor cores add fp8 products into an accumulator that
+# keeps about 14 bits (DeepSeek-V3's measurement; CUTLASS's mma_promotion_interval exists for it):
+# u_acc is 2^-13, the rounding a kernel that accumulates all of K in the tensor cores owes. Their
+# storage codes 3 and 4 follow the `out` codes (fp32 0, fp16 1, bf16 2) in templates/check.cu.
+_E4M3 = Precision("e4m3", "__nv_fp8_e4m3", 1, 90, 0.0, 2.0**-13, "e4m3-bits", 3, "torch.float8_e4m3fn", _CUDA_R_8F_E4M3,
+                  _COMPUTE_32F, (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e4m3,e4m3->f32")),
+                  "e4m3", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-4, "cuda_fp8.h")
+_E5M2 = Precision("e5m2", "__nv_fp8_e5m2", 1, 90, 0.0, 2.0**-13, "e5m2-bits", 4, "torch.float8_e5m2", _CUDA_R_8F_E5M2,
+                  _COMPUTE_32F, (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e5m2,e5m2->f32")),
+                  "e5m2", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-3, "cuda_fp8.h")
+
+
+def _mixed(a: Precision, b: Precision) -> Precision:
+    """A precision of A in ``a``'s format and B in ``b``'s (wgmma takes any pair of FP8 formats;
+    cuBLASLt and torch._scaled_mm take E4M3 with E5M2 either way, not E5M2 with E5M2)."""
+    return replace(a, name=a.name + b.name, b_elements=b,
+                   baseline=(("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"),
+                             ("types", f"{a.name},{b.name}->f32")))
+
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("fp32", "float", 4, 0, 0.0, 2.0**-24, "float32", 0, "torch.float32", _CUDA_R_32F, None,
@@ -58,15 +88,9 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               _COMPUTE_32F,
               (("api", "cublasGemmEx"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "bf16,bf16->f32")),
               "bf16", 16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2.0**-8, "cuda_bf16.h"),
-    # FP8 E4M3 (4 exponent bits, 3 mantissa bits, no infinities; torch.float8_e4m3fn): inputs
-    # only, never C's type. Hopper's tensor cores add fp8 products into an accumulator that keeps
-    # about 14 bits (DeepSeek-V3's measurement; CUTLASS's mma_promotion_interval exists for it):
-    # u_acc is 2^-13, the rounding a kernel that accumulates all of K in the tensor cores owes.
-    # Its storage code 3 follows the `out` codes (fp32 0, fp16 1, bf16 2) in templates/check.cu.
-    Precision("e4m3", "__nv_fp8_e4m3", 1, 90, 0.0, 2.0**-13, "e4m3-bits", 3, "torch.float8_e4m3fn", _CUDA_R_8F_E4M3,
-              _COMPUTE_32F,
-              (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e4m3,e4m3->f32")),
-              "e4m3", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-4, "cuda_fp8.h"),
+    _E4M3,
+    _mixed(_E4M3, _E5M2),  # e4m3e5m2
+    _mixed(_E5M2, _E4M3),  # e5m2e4m3: gradients (E5M2) times weights (E4M3), a backward pass's product
 )}
 
 

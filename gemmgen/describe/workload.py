@@ -3,7 +3,7 @@ a weight each and the precisions to tune, read from a TOML file::
 
     name = "llama3-8b-linear"          # optional; default: the file's stem
     description = "..."                # optional
-    precisions = ["fp16", "bf16"]      # required: fp32, tf32, fp16, bf16
+    precisions = ["fp16", "bf16"]      # required: fp32, tf32, fp16, bf16, e4m3, e4m3e5m2, e5m2e4m3
     trans = "nt"                       # optional, the problem variant (gemmgen.describe.problem.Variant):
     out = "bf16"                       #   trans, out, bias and act, each as `gemmgen tune --trans`
     bias = "col"                       #   etc. take it; a key left out is the default (nn, fp32,

@@ -133,7 +133,7 @@ class CublasLt:
         if key in self._plans:
             return self._plans[key]
         dt = PRECISIONS[precision]
-        in_type, c_type = dt.cuda_type, PRECISIONS[variant.out].cuda_type
+        a_type, b_type, c_type = dt.cuda_type, dt.b.cuda_type, PRECISIONS[variant.out].cuda_type
         compute = dt.cublas_compute if dt.cublas_compute is not None else _COMPUTE_32F
         stride_a, stride_b, stride_c, stride_bias = strides
         desc = ctypes.c_void_p()
@@ -156,9 +156,9 @@ class CublasLt:
                                      (_DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b)),  # cuBLASLt's A is our B
                                      (_DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a))):
                 self._set(desc, attribute, value)
-        layout_b = (self._layout(in_type, k, n, k, batch, stride_b) if variant.b_transposed
-                    else self._layout(in_type, n, k, n, batch, stride_b))
-        layout_a = self._layout(in_type, k, m, k, batch, stride_a)
+        layout_b = (self._layout(b_type, k, n, k, batch, stride_b) if variant.b_transposed
+                    else self._layout(b_type, n, k, n, batch, stride_b))
+        layout_a = self._layout(a_type, k, m, k, batch, stride_a)
         layout_c = self._layout(c_type, n, m, n, batch, stride_c)
         pref = ctypes.c_void_p()
         self._check(self._lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")

@@ -46,7 +46,8 @@ def check_source() -> str:
     from gemmgen.codegen.render import environment
 
     return environment().get_template("check.cu").render(fields=FIELDS, v=None,
-                                                         e4m3_kind=PRECISIONS["e4m3"].check_kind)
+                                                         e4m3_kind=PRECISIONS["e4m3"].check_kind,
+                                                         e5m2_kind=PRECISIONS["e5m2e4m3"].check_kind)
 
 
 class GpuChecker:
@@ -77,7 +78,8 @@ class GpuChecker:
         FP8's ``scale`` (Variant.scale), of A and B scaled by the fp32 device vectors ``scales`` =
         (scale_a, scale_b), each element by its scale (gemmgen.describe.scaling: one each, per row
         of A and column of B, or per block)."""
-        drv, kind = self.gpu.drv, PRECISIONS[precision].check_kind
+        drv = self.gpu.drv
+        a_kind, b_kind = PRECISIONS[precision].check_kind, PRECISIONS[precision].b.check_kind
         if (scale != "none") != (scales is not None):
             raise ValueError(f"scale={scale}: pass its device vectors (scale_a, scale_b) as scales, and only then")
         # (scale, row div, row mul, column div, column mul) per operand as stored (gg_to_f64)
@@ -90,8 +92,8 @@ class GpuChecker:
         prod, absprod = drv.mem_alloc(batch * m * n * 8), drv.mem_alloc(batch * m * n * 8)
         try:
             for absolute, out in ((0, prod), (1, absprod)):
-                for src, dst, count, cols, (at, *terms) in ((a, a64, batch * m * k, a_cols, a_scale),
-                                                             (b, b64, batch * k * n, b_cols, b_scale)):
+                for src, kind, dst, count, cols, (at, *terms) in ((a, a_kind, a64, batch * m * k, a_cols, a_scale),
+                                                                   (b, b_kind, b64, batch * k * n, b_cols, b_scale)):
                     self._to_f64.prepared_call(self._grid(count), (THREADS, 1, 1), int(src), np.int32(kind), dst,
                                                np.int64(count), np.int32(absolute), np.uintp(at), np.int64(cols),
                                                *(np.int64(t) for t in terms))

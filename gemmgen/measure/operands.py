@@ -63,7 +63,7 @@ class Operands:
         m, n, batch = self.shape.m, self.shape.n, self.batch
         (ra, ca), (rb, cb) = self.variant.a_dims(self.shape), self.variant.b_dims(self.shape)
         self.host_a = verify.random_matrix(rng, batch * ra, ca, self.precision)
-        self.host_b = verify.random_matrix(rng, batch * rb, cb, self.precision)
+        self.host_b = verify.random_matrix(rng, batch * rb, cb, self.precision, "b")
         self.host_c0 = verify.random_matrix(rng, batch * m, n, self.variant.out)
         drv = self.gpu.drv
         if self.bias is not None:

@@ -43,14 +43,26 @@ def _e4m3_values() -> np.ndarray:
     return np.where(code & 0x80, -magnitude, magnitude)
 
 
+def _e5m2_values() -> np.ndarray:
+    """The values of the 256 FP8 E5M2 bit patterns (OCP's E5M2, torch.float8_e5m2): sign, 5
+    exponent bits (bias 15), 2 mantissa bits, as IEEE: subnormals at exponent 0, infinities at
+    S.11111.00 and NaN above (the largest finite value is 57344)."""
+    code = np.arange(256)
+    exponent, mantissa = (code >> 2) & 0x1F, (code & 3).astype(np.float64)
+    magnitude = np.where(exponent == 0, mantissa / 4.0 * 2.0**-14, (1.0 + mantissa / 4.0) * 2.0 ** (exponent - 15.0))
+    magnitude[exponent == 31] = np.where(mantissa[exponent == 31] == 0, np.inf, np.nan)
+    return np.where(code & 0x80, -magnitude, magnitude)
+
+
 E4M3_VALUES = _e4m3_values()
+E5M2_VALUES = _e5m2_values()
 
 
-def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
-    """float -> FP8 E4M3 bit patterns (uint8), rounded to nearest, ties to the even pattern;
-    magnitudes beyond 448, the largest value, give 448."""
+def _to_fp8_bits(x: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """float -> the FP8 bit patterns (uint8) of the format whose pattern values are ``values``,
+    rounded to nearest, ties to the even pattern; magnitudes beyond the largest finite value give it."""
     x = np.asarray(x, dtype=np.float64)
-    finite = E4M3_VALUES[:0x7F]  # the non-negative patterns 0..126, increasing with the pattern
+    finite = values[:int(np.argmax(~np.isfinite(values)))]  # the non-negative finite patterns, increasing
     magnitude = np.minimum(np.abs(x), finite[-1])
     upper = np.clip(np.searchsorted(finite, magnitude), 1, len(finite) - 1)
     lower = upper - 1
@@ -59,32 +71,52 @@ def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
     return (pick | np.where(np.signbit(x) & (pick > 0), 0x80, 0)).astype(np.uint8)
 
 
+def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
+    """float -> FP8 E4M3 bit patterns (uint8), rounded to nearest, ties to the even pattern;
+    magnitudes beyond 448, the largest value, give 448."""
+    return _to_fp8_bits(x, E4M3_VALUES)
+
+
+def to_e5m2_bits(x: np.ndarray) -> np.ndarray:
+    """float -> FP8 E5M2 bit patterns (uint8), rounded to nearest, ties to the even pattern;
+    magnitudes beyond 57344, the largest finite value, give 57344 (saturated, as E4M3's)."""
+    return _to_fp8_bits(x, E5M2_VALUES)
+
+
 # The storages NumPy has no float type for, held as bit patterns: (the patterns' dtype, float32
 # values -> patterns, patterns -> their exact float64 values).
 _BITS = {
     "bf16-bits": (np.uint16, to_bf16_bits, lambda bits: from_bf16_bits(bits).astype(np.float64)),
     "e4m3-bits": (np.uint8, to_e4m3_bits, lambda bits: E4M3_VALUES[bits]),
+    "e5m2-bits": (np.uint8, to_e5m2_bits, lambda bits: E5M2_VALUES[bits]),
 }
 
 
-def host_dtype(precision: str) -> np.dtype:
-    """The NumPy dtype of host arrays of ``precision``'s elements: float32, float16, or the bit
-    patterns of bf16 (uint16) or FP8 E4M3 (uint8)."""
-    storage = PRECISIONS[precision].numpy_storage
+def _storage(precision: str, operand: str) -> str:
+    """How host arrays hold ``operand`` ("a", or "b": B's elements, another FP8 format in a
+    precision of two) of ``precision``; C's type is a precision of its own (operand "a")."""
+    p = PRECISIONS[precision]
+    return (p.b if operand == "b" else p).numpy_storage
+
+
+def host_dtype(precision: str, operand: str = "a") -> np.dtype:
+    """The NumPy dtype of host arrays of ``precision``'s elements (of A, or of B with operand="b"):
+    float32, float16, or the bit patterns of bf16 (uint16) or FP8 (uint8)."""
+    storage = _storage(precision, operand)
     return np.dtype(_BITS[storage][0] if storage in _BITS else storage)
 
 
-def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str) -> np.ndarray:
-    """Uniform(-1, 1) values rounded to the storage format of ``precision``'s inputs (bf16:
-    uint16 bits; e4m3: uint8 bits)."""
+def random_matrix(rng: np.random.Generator, rows: int, cols: int, precision: str, operand: str = "a") -> np.ndarray:
+    """Uniform(-1, 1) values rounded to the storage format of ``precision``'s inputs (of A, or of B
+    with operand="b"; bf16: uint16 bits; FP8: uint8 bits)."""
     x = rng.random((rows, cols), dtype=np.float32) * np.float32(2.0) - np.float32(1.0)
-    storage = PRECISIONS[precision].numpy_storage
+    storage = _storage(precision, operand)
     return _BITS[storage][1](x) if storage in _BITS else x.astype(storage)
 
 
-def as_float64(x: np.ndarray, precision: str) -> np.ndarray:
-    """The exact values a kernel reads from ``x``, in float64."""
-    storage = PRECISIONS[precision].numpy_storage
+def as_float64(x: np.ndarray, precision: str, operand: str = "a") -> np.ndarray:
+    """The exact values a kernel reads from ``x`` (A's elements, or B's with operand="b"), in float64."""
+    storage = _storage(precision, operand)
     return _BITS[storage][2](x) if storage in _BITS else x.astype(np.float64)
 
 

@@ -69,15 +69,16 @@ class Operand:
         return (1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))) * self.itemsize
 
 
-def dtype_for(precision: str) -> str:
-    """The torch dtype name of A and B for a launcher of ``precision`` ("fp32", "tf32", "fp16",
-    "bf16", "e4m3"): "torch.float32", "torch.float16", "torch.bfloat16" or
-    "torch.float8_e4m3fn". Raises GemmgenError for a precision gemmgen.torch does not know (a
-    library newer than this gemmgen)."""
+def dtype_for(precision: str, operand: str = "a") -> str:
+    """The torch dtype name of A (or of B, ``operand`` "b") for a launcher of ``precision``
+    ("fp32", "tf32", "fp16", "bf16", "e4m3", "e4m3e5m2", "e5m2e4m3"): "torch.float32",
+    "torch.float16", "torch.bfloat16", "torch.float8_e4m3fn" or "torch.float8_e5m2". Raises
+    GemmgenError for a precision gemmgen.torch does not know (a library newer than this gemmgen)."""
     if precision not in PRECISIONS:
         raise GemmgenError(f"gemmgen.torch does not know precision {precision!r} (it knows "
                            f"{', '.join(PRECISIONS)}); is the library from a newer gemmgen?")
-    return PRECISIONS[precision].torch_dtype
+    p = PRECISIONS[precision]
+    return (p.b if operand == "b" else p).torch_dtype
 
 
 def out_dtype(variant: Variant) -> str:
@@ -135,7 +136,7 @@ def check_input(name: str, t: Operand, precision: str) -> None:
 def _check_operand(name: str, t: Operand, precision: str, check_layout) -> None:
     """A or B, of one product or a batch, past its rank: the precision's dtype, dense CUDA, no
     grad, laid out as ``check_layout`` wants."""
-    want = dtype_for(precision)
+    want = dtype_for(precision, "b" if name == "b" else "a")
     if t.dtype != want:
         raise TensorError(f"{name} is {t.dtype}, but this kernel's precision is {precision}, which takes {want}: "
                           f"convert it with {name}.to({want})")

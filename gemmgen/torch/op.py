@@ -142,7 +142,8 @@ class GemmOp:
             raise TensorError(f"{self.path}'s launcher (variant {self.variant.text}) is "
                               f"{'' if self.variant.batched else 'not '}batched: wrap it with "
                               f"{'BatchedGemmOp' if self.variant.batched else 'GemmOp'} (gemmgen.torch.load picks)")
-        self.dtype: torch.dtype = _dtype(dtype_for(self.precision))
+        self.dtype: torch.dtype = _dtype(dtype_for(self.precision))  # A's
+        self.dtype_b: torch.dtype = _dtype(dtype_for(self.precision, "b"))  # B's: A's, but for FP8 of two formats
         self.out_dtype: torch.dtype = _dtype(out_dtype(self.variant))
         # this thread's .plans (launch arguments -> Plan, oldest first) and .buffers (_workspace)
         self._local = threading.local()
@@ -166,7 +167,8 @@ class GemmOp:
                  scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> torch.Tensor:
         """``out = act(alpha * op(a) @ op(b) + beta * out + bias)``; returns ``out``.
 
-        a and b: tensors of ``self.dtype`` on one CUDA device, contiguous row-major (a transposed
+        a and b: tensors of ``self.dtype`` (b: ``self.dtype_b``, another FP8 format in a precision
+        of two such as e5m2e4m3) on one CUDA device, contiguous row-major (a transposed
         view is refused: pass ``.contiguous()``; nothing is copied), as the variant stores them:
         a is M x K (K x M for trans tn, tt), b is K x N (N x K for nt, tt: F.linear's weight, so
         that a kernel of trans nt computes ``a @ b.T``). out: ``self.out_dtype`` (M x N),
@@ -178,7 +180,8 @@ class GemmOp:
         reach the kernel as fp32; C is rounded to its type once, at the end.
 
         An FP8 kernel of a scaled variant (``gemmgen emit ... --precision e4m3 --scale row``)
-        takes a and b of torch.float8_e4m3fn and float32 device tensors scale_a and scale_b, as
+        takes a and b of torch.float8_e4m3fn (or of torch.float8_e5m2 where the precision says:
+        e5m2e4m3's a, e4m3e5m2's b) and float32 device tensors scale_a and scale_b, as
         torch._scaled_mm does: one value each (scale=tensor), or M and N (scale=row: (M, 1) and
         (1, N), or vectors); the product is ``scale_a[i] * scale_b[j] * (a @ b.T)[i][j]``. With
         scale=block, scale_a (M, ceil(K/128)) scales row i of a and 128 of K, and scale_b
@@ -274,8 +277,8 @@ class GemmOp:
         (test_gpu_torch.py checks that on many tensors); anything else goes through check_call,
         which says what is wrong. Each tensor's address is read once: this is the host time of
         every eager call."""
-        v, strided, dtype = self.variant, torch.strided, self.dtype
-        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is dtype and b.dtype is dtype
+        v, strided = self.variant, torch.strided
+        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is self.dtype and b.dtype is self.dtype_b
                 and a.layout is strided and b.layout is strided and a.dim() == 2 and b.dim() == 2 and a.is_cuda
                 and a.get_device() == b.get_device() and a.is_contiguous() and b.is_contiguous()
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):

@@ -39,7 +39,8 @@ from gemmgen.tune.space import SearchSpace, load_space
 SEEDS = 6  # winners of other shapes enqueued before a shape's own points
 # The family tuned where --family is not given: the first that runs on the GPU.
 DEFAULT_FAMILIES = {"fp32": ("warp",), "tf32": ("hopper", "mma"), "fp16": ("hopper", "mma"),
-                    "bf16": ("hopper", "mma"), "e4m3": ("hopper",)}
+                    "bf16": ("hopper", "mma"), "e4m3": ("hopper",), "e4m3e5m2": ("hopper",),
+                    "e5m2e4m3": ("hopper",)}
 
 
 def default_family(precision: str, arch: Arch, variant: Variant = Variant()) -> str:

@@ -64,14 +64,15 @@ def test_emit_harness(capsys):
     (["emit", "hopper_bf16", "--set", "Out=fp16", "--out", "bf16", "--gpu", "sm_90"],
      ["--set gives Out=fp16 and --out gives bf16; give out once"]),
     (["bench", "--suite", "--bias", "row"], ["--trans, --out, --bias and --act apply to named points; the suite "
-                                             "measures the default variant"]),
+                                             "measures each precision in its own variant"]),
     # argparse's errors: one line, naming what is allowed
     (["emit", "hopper_bf16", "--act", "tanh"], ["argument --act: invalid choice: 'tanh'", "'relu', 'gelu'"]),
     (["emit", "v4", "--nosuch"], ["unrecognized arguments: --nosuch", "`gemmgen --help` lists the options"]),
     (["best", "--precision", "fp32"], ["the following arguments are required: --shape", "`gemmgen best --help`"]),
     # names: one list of what is allowed, for every command (not "run gemmgen tune", not an empty table)
     (["best", "--precision", "fp64", "--shape", "4096"],
-     ["argument --precision: invalid choice: 'fp64' (choose from 'fp32', 'tf32', 'fp16', 'bf16', 'e4m3')"]),
+     ["argument --precision: invalid choice: 'fp64' (choose from 'fp32', 'tf32', 'fp16', 'bf16', 'e4m3', "
+      "'e4m3e5m2', 'e5m2e4m3')"]),
     (["best", "--precision", "BF16", "--shape", "4096"], ["invalid choice: 'BF16'", "'bf16'"]),
     (["results", "--precision", "fp64"], ["argument --precision: invalid choice: 'fp64'"]),
     (["results", "--family", "nosuch"], ["argument --family: invalid choice: 'nosuch'", "'hopper', 'cublas'"]),

@@ -95,7 +95,12 @@ def _points() -> dict:
                                   ("e4m3", {**base, "BN": 256, "consumers": 2, "stages": 4, "promote": 1, "BM": 64,
                                             "swap": 1, "trans": "nt", "out": "fp32", "scale": "block"}),
                                   ("e4m3", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "promote": 1,
-                                            "swap": 1, "trans": "nt", "out": "bf16", "scale": "block"})):
+                                            "swap": 1, "trans": "nt", "out": "bf16", "scale": "block"}),
+                                  # FP8 of two formats, wgmma's operands in either order (swap: B's tile first)
+                                  ("e5m2e4m3", {**base, "BN": 128, "stages": 6, "promote": 4, "streamk": 1,
+                                                "trans": "nt", "out": "bf16", "scale": "tensor"}),
+                                  ("e4m3e5m2", {**base, "BM": 64, "BN": 128, "consumers": 1, "stages": 6, "swap": 1,
+                                                "trans": "nt", "out": "fp32", "scale": "row"})):
             config = make_config("hopper", params, precision, ARCH)
             points[f"stateful-{config.name}"] = config
     return points
@@ -142,7 +147,7 @@ class Call:
         self.m, self.n, self.k, self.alpha, self.beta, self.out = m, n, k, alpha, beta, variant.out
         shape = Shape(m, n, k)
         host_a = verify.random_matrix(rng, *variant.a_dims(shape), precision)
-        host_b = verify.random_matrix(rng, *variant.b_dims(shape), precision)
+        host_b = verify.random_matrix(rng, *variant.b_dims(shape), precision, "b")
         self.host_c0 = verify.random_matrix(rng, m, n, variant.out)
         self.c_bytes = m * n * c_esize
         self.buffers = [drv.mem_alloc(m * k * esize + 16), drv.mem_alloc(k * n * esize + 16),
@@ -154,8 +159,8 @@ class Call:
         drv.memcpy_htod(self.a, host_a)
         drv.memcpy_htod(self.b, host_b)
         drv.memcpy_htod(self.c0, self.host_c0)
-        a64, b64 = verify.product_operands(verify.as_float64(host_a, precision), verify.as_float64(host_b, precision),
-                                           variant)
+        a64, b64 = verify.product_operands(verify.as_float64(host_a, precision),
+                                           verify.as_float64(host_b, precision, "b"), variant)
         self.scales = None  # (scale_a, scale_b)'s device addresses, where the variant is scaled
         if variant.scaled:
             counts = variant.scale_lengths(m, n, k)

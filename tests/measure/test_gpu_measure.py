@@ -145,6 +145,30 @@ def test_fp8_block_scales_are_checked_and_timed_against_cublaslts_block_scaling(
     assert m.baseline is not None and m.baseline.runs == m.timing.runs, m.message
 
 
+@pytest.mark.parametrize("precision", ["e5m2e4m3", "e4m3e5m2"])
+def test_fp8_of_two_formats_is_checked_and_timed_against_cublaslts_mixed_matmul(bench, precision):
+    """A in one FP8 format and B in the other: cuBLASLt's matmul of those types (its "A" is
+    gemmgen's B, so the types cross over) passes the float64 check made from each operand's own
+    format, and a point, with and without swap (wgmma's operands in the other order), is checked
+    and timed in alternation with it."""
+    if bench.gpu.info.arch.cc != 90:
+        pytest.skip("FP8 kernels are hopper's (sm_90)")
+    named = NAMED_POINTS["hopper_e4m3"]
+    variant = dataclasses.replace(named.variant, scale="tensor")
+    shape = Shape(384, 1024, 512)
+    m = bench.measure_cublas(precision, shape, variant)
+    assert m.status == "ok", m.message
+    bench.interleave = True
+    try:
+        for params in (named.params, {**named.params, "BM": 64, "BN": 128, "consumers": 1, "swap": 1}):
+            config = make_config(named.family, params, precision, bench.gpu.info.arch, variant)
+            m = bench.measure_point(config.name, config, shape)
+            assert m.status == "ok", m.message
+            assert m.baseline is not None and m.baseline.runs == m.timing.runs, m.message
+    finally:
+        bench.interleave = False
+
+
 def test_the_gpu_check_gives_the_host_checks_statistics(bench):
     """The same C judged on the GPU (gpucheck) and on the host (verify.host_stats): a correct C, one
     element off, a NaN, and a row left unwritten (NaN from the poisoning), for both checks."""

@@ -40,7 +40,7 @@ def test_cublas_named_alone_is_measured_in_every_precision_in_the_variant_asked(
     plan, skipped = point_plan({}, [BIG], SM90, NT)
     assert skipped == {}
     assert steps(plan) == [("4096x4096x4096", p, "cublas", None, NT.text)
-                           for p in ("fp32", "tf32", "fp16", "bf16", "e4m3")]
+                           for p in ("fp32", "tf32", "fp16", "bf16", "e4m3", "e4m3e5m2", "e5m2e4m3")]
     # FP8's inputs K-major only: not in the default variant (B stored K x N)
     assert [step[1] for step in steps(point_plan({}, [BIG], SM90)[0])] == ["fp32", "tf32", "fp16", "bf16"]
 

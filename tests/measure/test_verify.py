@@ -206,3 +206,34 @@ def test_e4m3_inputs_are_uniform_values_as_the_kernel_reads_them():
     assert x.dtype == np.uint8 and verify.host_dtype("e4m3") == np.uint8
     values = verify.as_float64(x, "e4m3")
     assert np.abs(values).max() <= 1.0 and len(np.unique(values)) > 50
+
+
+# ---- FP8 E5M2 -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits, value", [(0x00, 0.0), (0x01, 2.0**-16), (0x03, 3 * 2.0**-16), (0x04, 2.0**-14),
+                                         (0x3C, 1.0), (0x3D, 1.25), (0xBC, -1.0), (0x7B, 57344.0),
+                                         (0x7C, np.inf), (0xFC, -np.inf)])
+def test_e5m2_patterns_are_ocps_e5m2(bits, value):
+    assert verify.E5M2_VALUES[bits] == value
+    assert verify.as_float64(np.array([bits], dtype=np.uint8), "e5m2e4m3")[0] == value  # e5m2e4m3's A
+
+
+def test_e5m2_rounds_to_nearest_ties_to_even_and_saturates():
+    finite = np.array([b for b in range(256) if np.isfinite(verify.E5M2_VALUES[b]) and b != 0x80], dtype=np.uint8)
+    assert (verify.to_e5m2_bits(verify.E5M2_VALUES[finite]) == finite).all()
+    assert np.isnan(verify.E5M2_VALUES[[0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF]]).all()
+    # halfway between 1 (0x3C) and 1.25 (0x3D): the even pattern; between 1.25 and 1.5 (0x3E): 0x3E
+    assert verify.to_e5m2_bits(np.array([1.125, 1.375, 1.2, -1.125])).tolist() == [0x3C, 0x3E, 0x3D, 0xBC]
+    assert verify.to_e5m2_bits(np.array([1e6, -1e9, 2.0**-17])).tolist() == [0x7B, 0xFB, 0x00]
+
+
+def test_a_precision_of_two_fp8_formats_holds_each_operand_in_its_own():
+    """e4m3e5m2: A in E4M3, B in E5M2; host arrays and their exact values per operand."""
+    a = verify.random_matrix(np.random.default_rng(1), 64, 64, "e4m3e5m2")
+    b = verify.random_matrix(np.random.default_rng(1), 64, 64, "e4m3e5m2", "b")
+    assert verify.host_dtype("e4m3e5m2") == verify.host_dtype("e4m3e5m2", "b") == np.uint8
+    assert (a == verify.to_e4m3_bits(verify.as_float64(a, "e4m3e5m2"))).all()
+    assert (b == verify.to_e5m2_bits(verify.as_float64(b, "e4m3e5m2", "b"))).all()
+    assert not (a == b).all()  # the same uniform draws, rounded to 3 and to 2 mantissa bits
+    e5m2 = verify.as_float64(b, "e4m3e5m2", "b")
+    assert np.abs(e5m2).max() <= 1.0 and set(np.unique(np.abs(e5m2))) <= set(np.abs(verify.E5M2_VALUES))

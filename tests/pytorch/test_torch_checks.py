@@ -17,7 +17,8 @@ from gemmgen.measure.device import GpuUnavailable
 from gemmgen.torch.checks import (Operand, TargetMismatch, TensorError, build_target, check_call, dtype_for,
                                   is_row_major, out_dtype, row_major_strides, runs_on, source_target)
 
-ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8, "torch.float8_e4m3fn": 1}
+ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8, "torch.float8_e4m3fn": 1,
+            "torch.float8_e5m2": 1}
 
 
 def mat(shape, dtype="torch.float16", *, address, stride=None, device="cuda:0", **kw) -> Operand:
@@ -44,9 +45,12 @@ def test_the_module_imports_without_torch():
 def test_dtypes_come_from_the_element_types():
     assert [dtype_for(p) for p in ("fp32", "tf32", "fp16", "bf16", "e4m3")] == [
         "torch.float32", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float8_e4m3fn"]
+    # FP8 of two formats: A's and B's differ
+    assert [(dtype_for(p), dtype_for(p, "b")) for p in ("e4m3e5m2", "e5m2e4m3")] == [
+        ("torch.float8_e4m3fn", "torch.float8_e5m2"), ("torch.float8_e5m2", "torch.float8_e4m3fn")]
     with pytest.raises(GemmgenError, match=re.escape(
-            "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16, e4m3); is the library from a "
-            "newer gemmgen?")):
+            "gemmgen.torch does not know precision 'fp8' (it knows fp32, tf32, fp16, bf16, e4m3, e4m3e5m2, e5m2e4m3); "
+            "is the library from a newer gemmgen?")):
         dtype_for("fp8")
 
 
@@ -93,6 +97,15 @@ def test_inputs_must_be_2d_of_the_kernels_dtype():
     with refused("b is torch.float16, but this kernel's precision is bf16, which takes torch.bfloat16: convert it "
                  "with b.to(torch.bfloat16)"):
         check_call("bf16", mat((100, 64), "torch.bfloat16", address=0x1000), B, None, 0.0)
+    # FP8 of two formats: B in its own (e4m3e5m2: A E4M3, B E5M2)
+    a8 = mat((100, 64), "torch.float8_e4m3fn", address=0x1000)
+    with refused("b is torch.float8_e4m3fn, but this kernel's precision is e4m3e5m2, which takes torch.float8_e5m2: "
+                 "convert it with b.to(torch.float8_e5m2)"):
+        check_call("e4m3e5m2", a8, mat((64, 48), "torch.float8_e4m3fn", address=0x100000), None, 0.0)
+    with refused("a is torch.float8_e5m2, but this kernel's precision is e4m3e5m2, which takes torch.float8_e4m3fn: "
+                 "convert it with a.to(torch.float8_e4m3fn)"):
+        check_call("e4m3e5m2", mat((100, 64), "torch.float8_e5m2", address=0x1000),
+                   mat((64, 48), "torch.float8_e5m2", address=0x100000), None, 0.0)
 
 
 def test_inputs_must_be_dense_cuda_tensors_without_grad():

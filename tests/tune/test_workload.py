@@ -89,10 +89,11 @@ def test_weighted_mean_is_the_weighted_geometric_mean_over_the_shapes_that_have_
     ('precisons = ["fp16"]\n', "unknown key 'precisons'; allowed: name, description, precisions, trans, out, "
                                "bias, act, batch, scale, shape (shapes go in [[shape]] tables)"),
     ('[[shape]]\nm = 1\nn = 1\nk = 1\n', 'precisions is missing; list the ones to tune, e.g. precisions = '
-                                         '["fp16", "bf16"] (allowed: fp32, tf32, fp16, bf16, e4m3)'),
+                                         '["fp16", "bf16"] (allowed: fp32, tf32, fp16, bf16, e4m3, e4m3e5m2, '
+                                         'e5m2e4m3)'),
     ('precisions = "fp16"\n', "precisions must be a non-empty list of names, e.g. [\"fp16\", \"bf16\"]; "
                               "got 'fp16'"),
-    ('precisions = ["fp8"]\n', "unknown precision 'fp8'; allowed: fp32, tf32, fp16, bf16, e4m3"),
+    ('precisions = ["fp8"]\n', "unknown precision 'fp8'; allowed: fp32, tf32, fp16, bf16, e4m3, e4m3e5m2, e5m2e4m3"),
     ('precisions = ["fp16", "fp16"]\n', "precisions lists fp16 twice"),
     ('name = 3\nprecisions = ["fp16"]\n', "name must be a string, not 3"),
     ('precisions = ["fp16"]\n', "no shapes; add [[shape]] tables, each with m, n and k"),

@@ -171,7 +171,9 @@ def derive(p, precision, variant):
         "B_LOADS": b_loads,
         "SK_FLAGS_PER_BLOCK": p["consumers"],  # stream-K: a flag per consumer warpgroup of each block
         "WGMMA_K": dt.mma_k,
-        "WGMMA_TYPE": dt.ptx_type,
+        # wgmma's operand types: A's and B's (FP8 of two formats differ), swapped with C^T = B^T A^T
+        "WGMMA_TYPE_A": (dt.b if swap else dt).ptx_type,
+        "WGMMA_TYPE_B": (dt if swap else dt.b).ptx_type,
         "TMA_TYPE": dt.tma_type,
         # 128 * (40 + consumers * REGS) must fit the SM's 64K registers
         "PRODUCER_REGS": 40,
@@ -266,7 +268,7 @@ FAMILY = Family(
     name="hopper",
     template="hopper.cu.j2",
     doc="TMA + wgmma, warp-specialized producer/consumer warpgroups, persistent grid (sm_90a)",
-    precisions=("fp16", "bf16", "tf32", "e4m3"),
+    precisions=("fp16", "bf16", "tf32", "e4m3", "e4m3e5m2", "e5m2e4m3"),
     params=(
         Param("BM", BM_CHOICES, "rows of C per tile: multiples of 64 (whole m64 wgmma blocks per consumer), or with "
                                 "swap=1 and for tf32 any multiple of 8 (the rows are wgmma's N), so that a tile count "

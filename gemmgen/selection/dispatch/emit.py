@@ -57,6 +57,12 @@ def build_arch(plan: DispatchPlan) -> Arch:
     return next((c.build_arch for c in plan.kernels if c.build_arch != c.arch), plan.kernels[0].build_arch)
 
 
+def _operand_types(config) -> str:
+    """A's and B's C types in words: one, or A's then B's where they differ (FP8 of two formats)."""
+    a, b = config.element_type, config.element_type_b
+    return a if a == b else f"{a}, {b}"
+
+
 def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
     """The dispatcher's header comment, as C++ comment lines (rules included): what it computes,
     how it chooses (the model, each layer's table of spans), how to build it."""
@@ -68,7 +74,7 @@ def header_lines(plan: DispatchPlan, emit_args: list[str]) -> list[str]:
         f"  gemmgen emit {shlex.join(emit_args)}",
         "",
         f"dispatcher : C = {computes(v)} for any M, N, K through {len(plan.kernels)} kernel(s), chosen per",
-        f"{MORE}token count for {len(plan.layers)} layer(s); {plan.precision} A and B ({first.element_type}), "
+        f"{MORE}token count for {len(plan.layers)} layer(s); {plan.precision} A and B ({_operand_types(first)}), "
         f"{v.out} C "
         f"({PRECISIONS[v.out].c_type}), row-major{stored}",
         f"{MORE}(variant {v.text}{bias}); target {build.name}",
@@ -138,11 +144,12 @@ def render_dispatcher(plan: DispatchPlan, emit_args: list[str], harness: bool = 
     build = build_arch(plan)
     return environment().get_template("dispatch.cu.j2").render(
         header=header_lines(plan, emit_args),
-        abi=launcher_abi(variant, "gg_delem", "gg_dout"),
+        abi=launcher_abi(variant, "gg_delem", "gg_dout", elem_b="gg_delem_b"),
         layers=plan.layers,
         log=lambda x: repr(math.log(x)),
         precision=plan.precision,
         T=plan.kernels[0].element_type,
+        TB=plan.kernels[0].element_type_b,
         CT=PRECISIONS[variant.out].c_type,
         v=variant,
         computes=computes(variant),

@@ -53,7 +53,8 @@ from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.measure.outcome import CUT_PREFIX
 from gemmgen.selection.best import paired_baselines
 
-TENSOR_TFLOPS = {"fp16": 989.0, "bf16": 989.0, "tf32": 495.0, "fp32": 67.0, "e4m3": 1979.0}  # dense peak, H100 SXM
+TENSOR_TFLOPS = {"fp16": 989.0, "bf16": 989.0, "tf32": 495.0, "fp32": 67.0, "e4m3": 1979.0, "e4m3e5m2": 1979.0,
+                 "e5m2e4m3": 1979.0}  # dense peak, H100 SXM
 MAX_EFFICIENCY = 0.82  # of that peak: the best kernels stored reach ~0.79 (bf16 128x256 at 8192^3)
 HBM_BYTES_PER_S = 2.8e12  # what a device-to-device copy reaches on the H100 (anchors: ~3.0 TB/s counting both ways)
 SM_BYTES_PER_S = 150e9  # what one SM streams from L2 when all do (64x128 tiles at 4096^3 need ~120 GB/s)
