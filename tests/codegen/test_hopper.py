@@ -251,6 +251,24 @@ def test_e4m3_multiplies_k_major_operands_128_elements_a_stage(swap, instruction
     assert config.name.endswith("_e4m3_nt_obf16")
 
 
+@pytest.mark.parametrize("precision, swap, instruction, a_type, b_type", [
+    ("e5m2e4m3", 0, "m64n256k32.f32.e5m2.e4m3", "__nv_fp8_e5m2", "__nv_fp8_e4m3"),
+    ("e5m2e4m3", 1, "m64n64k32.f32.e4m3.e5m2", "__nv_fp8_e5m2", "__nv_fp8_e4m3"),  # wgmma's A: the B tile
+    ("e4m3e5m2", 0, "m64n256k32.f32.e4m3.e5m2", "__nv_fp8_e4m3", "__nv_fp8_e5m2")])
+def test_fp8_of_two_formats_types_each_operand_its_own(precision, swap, instruction, a_type, b_type):
+    """A in one FP8 format, B in the other: wgmma's operand types in its operands' order, the
+    launcher's and the pack kernel's B pointer of B's type, B's tensor map sized by it."""
+    params = {**DEFAULT, "trans": "nt", "out": "bf16"} if not swap else \
+        {**DEFAULT, "BM": 64, "BN": 128, "swap": 1, "trans": "nt", "out": "bf16"}
+    config = make_config("hopper", params, precision, "sm_90")
+    source = render_kernel(config)
+    assert f"wgmma.mma_async.sync.aligned.{instruction}" in source
+    assert f"const {a_type}* A, const {b_type}* B" in source  # the launcher
+    assert f"const {b_type}* __restrict__ B, void* __restrict__ packed" in source  # the pack kernel
+    assert f"gg_tensor_map(&maps.map[1], type, sizeof({b_type})," in source
+    assert config.name.endswith(f"_{precision}_nt_obf16") and config.element_type_b == b_type
+
+
 @pytest.mark.parametrize("params", [DEFAULT, {**DEFAULT, "BN": 128, "stages": 6, "schedule": "pingpong"}],
                          ids=["coop", "pingpong"])
 def test_tma_store_epilogue_and_its_map(params):
@@ -397,6 +415,19 @@ def test_e4m3_sass_has_qgmma_tma_loads_and_stores():
     kernel = sass[sass.index(f".text.{config.name}:"):]
     assert "QGMMA.64x128x32.F32.E4M3.E4M3" in kernel and "UTMALDG.2D" in kernel and "UTMASTG.2D" in kernel
     assert "LDL" not in kernel and "STL" not in kernel
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm is not installed")
+def test_fp8_of_two_formats_sass_has_qgmma_of_both():
+    named = NAMED_POINTS["hopper_e4m3"]
+    config = make_config("hopper", named.params, "e5m2e4m3", "sm_90", named.variant)
+    result = build_kernel(config)
+    assert result.ok, result.log
+    sass = subprocess.run([_nvdisasm(), str(result.cubin)], capture_output=True, text=True, check=True).stdout
+    kernel = sass[sass.index(f".text.{config.name}:"):]
+    assert "QGMMA.64x128x32.F32.E5M2.E4M3" in kernel and "LDL" not in kernel and "STL" not in kernel
 
 
 @pytest.mark.nvcc
