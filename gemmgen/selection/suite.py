@@ -2,7 +2,8 @@
 measured next to cuBLAS in the same run. The kernel is the fastest verified one stored in the
 database for that shape, precision and architecture (any family; "fastest" as gemmgen.selection.best says);
 where that shape has none, the fastest stored at the nearest shape that has one (a dispatcher's
-guess: it is verified at this shape like every other); else the precision's named point. Progress
+guess: it is verified at this shape like every other; for FP8 one a dispatcher would hold accurate
+at this shape's K, gemmgen.selection.dispatch.select.accurate_at); else the precision's named point. Progress
 is judged by the geometric mean of the ratios to cuBLAS.
 
 Each precision is measured in one variant (SUITE_VARIANTS): the default (A @ B into fp32 C), but
@@ -18,6 +19,7 @@ from gemmgen.describe.problem import Shape, Variant, parse_shape
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure.plan import Job, bench_plan
 from gemmgen.selection.best import best, shape_distance
+from gemmgen.selection.dispatch.select import accurate_at
 from gemmgen.selection.report import geometric_mean
 
 SUITE_SHAPES = tuple(parse_shape(s) for s in (
@@ -48,8 +50,10 @@ def fallback_config(precision: str, arch: Arch) -> tuple[str, KernelConfig]:
 
 
 def _stored_config(db, precision: str, shape: Shape, arch: Arch) -> KernelConfig | None:
+    """The best stored kernel at ``shape``, or None where none is stored, or (FP8) where the best
+    stored is over the error bound there (gemmgen.selection.best: no kernel within it is stored)."""
     found = best(db, precision, shape, arch, variant=suite_variant(precision))
-    if found is None:
+    if found is None or not found.within_error:
         return None
     family, prec, params = point_spec(found.kernel)
     try:
@@ -72,8 +76,11 @@ def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES)
             if config is None:
                 for near in sorted(measured - {shape}, key=lambda s: shape_distance(shape, s)):
                     config, label = _stored_config(db, precision, near, arch), f"best at {near}"
-                    if config is not None:
+                    # FP8: not one whose sums in the tensor cores are too long for this K
+                    if config is not None and accurate_at(db, precision, suite_variant(precision), arch,
+                                                          {config.name: config}, shape.n, shape.k):
                         break
+                    config = None
             if config is None:
                 label, config = fallback_config(precision, arch)
             jobs.append((shape, precision, label, config))

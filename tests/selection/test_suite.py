@@ -1,9 +1,10 @@
 """`bench --suite` without a GPU: which kernel each suite entry measures, and the summary."""
 
 import math
+import time
 
 import pytest
-from stored import store
+from stored import FAST_FP8, PROMOTED_FP8, store
 
 from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.points import resolve_point
@@ -83,3 +84,23 @@ def test_geometric_mean():
     for values in ([], [1.0, 0.0], [2.0, -1.0], [float("nan")]):
         with pytest.raises(ValueError, match="positive"):
             geometric_mean(values)
+
+
+def test_fp8_entries_take_a_kernel_within_the_error_bound_at_that_shape(db):
+    """FP8 (e4m3 nt, bf16 C, per-tensor scales): a fast-accumulation kernel, within the bound at
+    K = 4096 and stored over it at 8192^3, is not what the suite measures at 8192^3 (nor at an
+    unstored deeper K); the promoting kernel stored at a deeper layer is; at 4096^3 the fast one
+    stays."""
+    fast, promoted = FAST_FP8 + "_stensor", PROMOTED_FP8 + "_stensor"
+    cube, big, deep = Shape(4096, 4096, 4096), Shape(8192, 8192, 8192), Shape(4096, 4096, 14336)
+    for shape, rows in ((cube, ((fast, 1400.0, 1.23),)), (big, ((fast, 1300.0, 1.51),)),
+                        (deep, ((fast, 1500.0, 1.9), (promoted, 1400.0, 1.09)))):
+        store(db, "cublas_e4m3_nt_obf16_stensor", "cublas", "e4m3", shape, 1300.0, rel_error=1e-3)
+        for name, tflops, error in rows:
+            store(db, name, "hopper", "e4m3", shape, tflops, rel_error=error * 1e-3)
+        time.sleep(0.002)
+    jobs = {str(shape): (label, config.name)
+            for shape, _, label, config in suite_jobs(db, SM90, ["e4m3"], [cube, big, Shape(2048, 2048, 8192)])}
+    assert jobs == {"4096x4096x4096": ("stored best", fast),
+                    "8192x8192x8192": ("best at 4096x4096x14336", promoted),
+                    "2048x2048x8192": ("best at 4096x4096x14336", promoted)}

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from gemmgen.describe.arch import Arch
-from gemmgen.describe.config import KernelConfig
+from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.points import point_spec
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.errors import GemmgenError
+from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.selection.best import ERROR_BOUND, error_ratios, wanted, within_error
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 
@@ -149,6 +150,26 @@ def _accurate(names: list[str], worst: dict, configs: dict, precision: str, n: i
                    if other == name)
 
     return [name for name in names if keeps(name)]
+
+
+def accurate_at(db, precision: str, variant: Variant, arch: Arch, configs: dict, n: int, k: int,
+                batch_count: int | None = None) -> list[str]:
+    """Of ``configs`` (name -> KernelConfig), the names that keep to the FP8 accuracy rule (see the
+    module) on a layer N x K, judged from every stored row of ``precision`` and ``variant``: what
+    a dispatcher's candidates are held to, for a caller that takes a kernel measured at other shapes
+    (the suite's nearest-shape fallback). Every name for the other precisions."""
+    if not PRECISIONS[precision].fp8:
+        return list(configs)
+    worst = _worst_errors(db, precision, variant, batch_count)
+    known = dict(configs)
+    for name, _, _ in worst:
+        if name not in known:
+            try:
+                family, prec, params = point_spec(name)
+                known[name] = make_config(family, params, prec, arch)
+            except (InvalidPoint, GemmgenError):  # no longer buildable: no record of it
+                continue
+    return _accurate(list(configs), worst, known, precision, n, k)
 
 
 def _caution(measured: set[int], ms: np.ndarray) -> np.ndarray:
