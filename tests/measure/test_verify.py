@@ -237,3 +237,30 @@ def test_a_precision_of_two_fp8_formats_holds_each_operand_in_its_own():
     assert not (a == b).all()  # the same uniform draws, rounded to 3 and to 2 mantissa bits
     e5m2 = verify.as_float64(b, "e4m3e5m2", "b")
     assert np.abs(e5m2).max() <= 1.0 and set(np.unique(np.abs(e5m2))) <= set(np.abs(verify.E5M2_VALUES))
+
+
+def _nearest_pattern(x: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The encoding by definition: the finite pattern nearest to |x| (clamped to the largest),
+    the even one of two as near, with x's sign (none for zero)."""
+    finite = values[:int(np.argmax(~np.isfinite(values)))]  # non-negative finite patterns, increasing
+    magnitude = np.minimum(np.abs(x), finite[-1])
+    gap = np.abs(finite[None, :] - magnitude[:, None])
+    nearest = gap == gap.min(axis=1, keepdims=True)
+    pick = np.where(nearest & (np.arange(len(finite)) % 2 == 0), np.arange(len(finite)), 10**6).min(axis=1)
+    pick = np.where(nearest.sum(axis=1) == 1, nearest.argmax(axis=1), pick)
+    return (pick | np.where(np.signbit(x) & (pick > 0), 0x80, 0)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fp8_encoding_is_the_nearest_pattern_ties_to_even(dtype):
+    """to_e4m3_bits and to_e5m2_bits (rounding the float's own bits) against the definition, on
+    random values of every scale, every value, every tie between neighbours and the floats just
+    beside each tie, in float32 and float64."""
+    rng = np.random.default_rng(3)
+    for values, encode in ((verify.E4M3_VALUES, verify.to_e4m3_bits), (verify.E5M2_VALUES, verify.to_e5m2_bits)):
+        finite = np.unique(values[np.isfinite(values)])
+        ties = (finite[1:] + finite[:-1]) / 2
+        x = np.concatenate([rng.random(4000) * 2 - 1, rng.standard_normal(4000) * 10.0 ** rng.integers(-6, 6, 4000),
+                            finite, ties, np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf),
+                            [1e12, -1e12, 0.0, -0.0]]).astype(dtype)
+        assert (encode(x) == _nearest_pattern(x.astype(np.float64), values)).all()
