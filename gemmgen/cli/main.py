@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "that break a constraint are recorded but not counted. With --workload: per shape, the trials "
                    "its study should have in all (a shape that has them is skipped, so a re-run goes on)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop asking for new trials this long after "
-                   "cuBLAS's baseline is measured (with --workload: per shape; with --fill also the fill's measuring time per precision)")
+                   "cuBLAS's baseline is measured (with --workload: per shape; with --fill also the fill's "
+                   "measuring time per precision)")
     p.add_argument("--fill", action="store_true", help="with --workload, after its shapes: measure candidate kernels "
                    "at token counts between and around the listed ones, where the selection model's choice changes "
                    "(gemmgen/tune/fill.py), so that a dispatcher's choice at any M rests on measurements near it")
