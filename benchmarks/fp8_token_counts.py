@@ -6,8 +6,9 @@ in the layout gemmgen.describe.scaling gives both). Each result -- the dispatche
 gemmgen.torch and torch._scaled_mm's (its default accumulation, which promotes) -- is checked
 against the float64 product of the exact fp8 values and scales, and its relative error set beside
 torch's; then the two are timed alternating, median after warm-up with the host's latency hidden,
-L2 flushed, gemmgen's C poisoned (torch's is new at each call). torch has no block-scaled algorithm where M is not a multiple of 4: such
-counts are reported as refused and kept out of the ratios. Prints per layer and in all the
+L2 flushed, gemmgen's C poisoned (torch's is new at each call). torch has no block-scaled
+algorithm where M is not a multiple of 4: such counts are reported as refused and kept out of the
+ratios. Prints per layer and in all the
 geometric mean, the worst, the counts under 0.90 and 0.80, and the largest error ratio; writes
 every row to OUT.json and, with --plot, the ratio against M per layer.
 usage: python benchmarks/fp8_token_counts.py DISPATCHER.cu OUT.json --layer NxK [--layer ...]

@@ -57,20 +57,19 @@ _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 # keeps about 14 bits (DeepSeek-V3's measurement; CUTLASS's mma_promotion_interval exists for it):
 # u_acc is 2^-13, the rounding a kernel that accumulates all of K in the tensor cores owes. Their
 # storage codes 3 and 4 follow the `out` codes (fp32 0, fp16 1, bf16 2) in templates/check.cu.
+_LT_FP8 = (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"))  # + the types
 _E4M3 = Precision("e4m3", "__nv_fp8_e4m3", 1, 90, 0.0, 2.0**-13, "e4m3-bits", 3, "torch.float8_e4m3fn", _CUDA_R_8F_E4M3,
-                  _COMPUTE_32F, (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e4m3,e4m3->f32")),
-                  "e4m3", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-4, "cuda_fp8.h")
+                  _COMPUTE_32F, (*_LT_FP8, ("types", "e4m3,e4m3->f32")), "e4m3", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                  2.0**-4, "cuda_fp8.h")
 _E5M2 = Precision("e5m2", "__nv_fp8_e5m2", 1, 90, 0.0, 2.0**-13, "e5m2-bits", 4, "torch.float8_e5m2", _CUDA_R_8F_E5M2,
-                  _COMPUTE_32F, (("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"), ("types", "e5m2,e5m2->f32")),
-                  "e5m2", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2.0**-3, "cuda_fp8.h")
+                  _COMPUTE_32F, (*_LT_FP8, ("types", "e5m2,e5m2->f32")), "e5m2", 32, "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                  2.0**-3, "cuda_fp8.h")
 
 
 def _mixed(a: Precision, b: Precision) -> Precision:
     """A precision of A in ``a``'s format and B in ``b``'s (wgmma takes any pair of FP8 formats;
     cuBLASLt and torch._scaled_mm take E4M3 with E5M2 either way, not E5M2 with E5M2)."""
-    return replace(a, name=a.name + b.name, b_elements=b,
-                   baseline=(("api", "cublasLtMatmul"), ("compute", "CUBLAS_COMPUTE_32F"),
-                             ("types", f"{a.name},{b.name}->f32")))
+    return replace(a, name=a.name + b.name, b_elements=b, baseline=(*_LT_FP8, ("types", f"{a.name},{b.name}->f32")))
 
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (

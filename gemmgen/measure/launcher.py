@@ -93,7 +93,7 @@ class Launcher:
         self._error = fn("_error", ctypes.c_char_p, [])
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
-        self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # a precision's name: "fp32", "tf32", ..., "e4m3"
+        self.precision = fn("_precision", ctypes.c_char_p, [])().decode()  # a precision's name ("fp16", "e4m3", ...)
         try:  # a dispatcher (emit --dispatch) names the kernel it gives a shape
             self._choice = fn("_choice", ctypes.c_char_p, [_INT, _INT, _INT])
         except LaunchFailed:

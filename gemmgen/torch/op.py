@@ -278,7 +278,8 @@ class GemmOp:
         which says what is wrong. Each tensor's address is read once: this is the host time of
         every eager call."""
         v, strided = self.variant, torch.strided
-        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is self.dtype and b.dtype is self.dtype_b
+        if not (type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and a.dtype is self.dtype
+                and b.dtype is self.dtype_b
                 and a.layout is strided and b.layout is strided and a.dim() == 2 and b.dim() == 2 and a.is_cuda
                 and a.get_device() == b.get_device() and a.is_contiguous() and b.is_contiguous()
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):

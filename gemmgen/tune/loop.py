@@ -401,7 +401,8 @@ class Tuner:
     def run(self, n_trials: int, timeout_s: float | None = None, budget: Budget | None = None,
             retime: bool = True, pool=None) -> TuneReport:
         """Up to ``n_trials`` feasible trials (or what ``budget`` allows), or until ``timeout_s``
-        (seconds, counted once cuBLAS's baseline is measured: no new trial is asked after it); then, with ``retime``, the best re-timed against cuBLAS. ``pool``: compile workers shared
+        (seconds, counted once cuBLAS's baseline is measured: no new trial is asked after it);
+        then, with ``retime``, the best re-timed against cuBLAS. ``pool``: compile workers shared
         with other tuners (an executor: ``submit(fn, *args)`` returns a Future), left running;
         without one the run starts ``jobs`` workers of its own. Either way the tuner keeps at most
         2 x ``jobs`` points on their way (compiling, waiting for the GPU or for another tuner)."""
