@@ -5,7 +5,9 @@ are also the types C can be stored in (gemmgen.describe.problem.OUTPUTS); ``u_st
 that store.
 
 Every module reads these facts from here (``PRECISIONS[name]`` or :func:`get`); none keeps a
-table of its own. tf32 is fp32 data that the tensor cores round to 10 mantissa bits.
+table of its own. tf32 is fp32 data that the tensor cores round to 10 mantissa bits. An FP8
+precision of two formats (e5m2e4m3, e4m3e5m2) has A's facts and B's in ``Precision.b``; a
+module that reads B's element (its type, its check, its storage) reads them there.
 """
 
 from dataclasses import dataclass, replace
