@@ -254,7 +254,7 @@ def test_an_fp8_point_over_the_error_bound_ranks_after_every_accurate_one(url):
                    seed=1, jobs=2, log=lambda line: None, variant=Variant("nt", "bf16", scale="tensor"))
     t.compile_fn = fake_compile
     bench.tuner = t
-    report = t.run(16)
+    report = t.run(10)
     trials = [x for x in optuna.load_study(study_name="f8", storage=url).trials if x.state.name == "COMPLETE"]
     fast = [x for x in trials if x.params["promote"] == 0]
     promoted = [x for x in trials if x.params["promote"] > 0]
