@@ -3,7 +3,7 @@ measured next to cuBLAS in the same run. The kernel is the fastest verified one 
 database for that shape, precision and architecture (any family; "fastest" as gemmgen.selection.best says);
 where that shape has none, the fastest stored at the nearest shape that has one (a dispatcher's
 guess: it is verified at this shape like every other; for FP8 one a dispatcher would hold accurate
-at this shape's K, gemmgen.selection.dispatch.select.accurate_at); else the precision's named point. Progress
+at this shape's K, gemmgen.selection.dispatch.select.accuracy_rule); else the precision's named point. Progress
 is judged by the geometric mean of the ratios to cuBLAS.
 
 Each precision is measured in one variant (SUITE_VARIANTS): the default (A @ B into fp32 C), but
@@ -19,7 +19,7 @@ from gemmgen.describe.problem import Shape, Variant, parse_shape
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure.plan import Job, bench_plan
 from gemmgen.selection.best import best, shape_distance
-from gemmgen.selection.dispatch.select import accurate_at
+from gemmgen.selection.dispatch.select import accuracy_rule
 from gemmgen.selection.report import geometric_mean
 
 SUITE_SHAPES = tuple(parse_shape(s) for s in (
@@ -71,14 +71,14 @@ def suite_jobs(db, arch: Arch, precisions=SUITE_PRECISIONS, shapes=SUITE_SHAPES)
         measured = {Shape(r.M, r.N, r.K) for r in db.results(precision=precision, arch=arch.name, status="ok",
                                                               variant=suite_variant(precision))
                     if r.family != "cublas"}
+        accurate = accuracy_rule(db, precision, suite_variant(precision), arch)
         for shape in shapes:
             config, label = _stored_config(db, precision, shape, arch), "stored best"
             if config is None:
                 for near in sorted(measured - {shape}, key=lambda s: shape_distance(shape, s)):
                     config, label = _stored_config(db, precision, near, arch), f"best at {near}"
                     # FP8: not one whose sums in the tensor cores are too long for this K
-                    if config is not None and accurate_at(db, precision, suite_variant(precision), arch,
-                                                          {config.name: config}, shape.n, shape.k):
+                    if config is not None and accurate({config.name: config}, shape.n, shape.k):
                         break
                     config = None
             if config is None:

@@ -152,16 +152,14 @@ def _accurate(names: list[str], worst: dict, configs: dict, precision: str, n: i
     return [name for name in names if keeps(name)]
 
 
-def accurate_at(db, precision: str, variant: Variant, arch: Arch, configs: dict, n: int, k: int,
-                batch_count: int | None = None) -> list[str]:
-    """Of ``configs`` (name -> KernelConfig), the names that keep to the FP8 accuracy rule (see the
-    module) on a layer N x K, judged from every stored row of ``precision`` and ``variant``: what
-    a dispatcher's candidates are held to, for a caller that takes a kernel measured at other shapes
-    (the suite's nearest-shape fallback). Every name for the other precisions."""
-    if not PRECISIONS[precision].fp8:
-        return list(configs)
+def accuracy_rule(db, precision: str, variant: Variant, arch: Arch, batch_count: int | None = None):
+    """The FP8 accuracy rule (see the module) as a dispatcher's candidates are held to it, judged
+    from every stored row of ``precision`` and ``variant`` (read once, here), for a caller that
+    takes kernels measured at other shapes (the suite's nearest-shape fallback): a function
+    ``(configs, n, k)`` giving the names of ``configs`` (name -> KernelConfig) that keep to it on a
+    layer N x K; every name for the other precisions."""
     worst = _worst_errors(db, precision, variant, batch_count)
-    known = dict(configs)
+    known = {}
     for name, _, _ in worst:
         if name not in known:
             try:
@@ -169,7 +167,11 @@ def accurate_at(db, precision: str, variant: Variant, arch: Arch, configs: dict,
                 known[name] = make_config(family, params, prec, arch)
             except (InvalidPoint, GemmgenError):  # no longer buildable: no record of it
                 continue
-    return _accurate(list(configs), worst, known, precision, n, k)
+
+    def keeps(configs: dict, n: int, k: int) -> list[str]:
+        return _accurate(list(configs), worst, {**known, **configs}, precision, n, k)
+
+    return keeps
 
 
 def _caution(measured: set[int], ms: np.ndarray) -> np.ndarray:
