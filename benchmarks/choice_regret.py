@@ -20,6 +20,7 @@ from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.selection.dispatch import select
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
+from gemmgen.selection.report import geometric_mean
 from gemmgen.store.db import ResultsDB
 
 
@@ -46,14 +47,10 @@ def held_out(db_url: str, precision: str, variant: Variant, count: int):
         rows = []
         for kernel, us in by_shape[shape].items():
             at = measured.get((kernel, shape.n, shape.k), set())
-            factor = select._caution(at, ms)[0] * select._regime(model, configs[kernel], shape.n, shape.k, at, ms)[0]
+            factor = select.caution(model, configs[kernel], shape.n, shape.k, at, ms)[0]
             rows.append((kernel, model.predict(configs[kernel], shape), factor, us))
         out.append((shape, rows))
     return out, by_shape
-
-
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def main() -> None:
@@ -86,7 +83,7 @@ def main() -> None:
     print(f"{args.precision} ({variant.text}), {len(data)} held-out shapes of {url}")
     for name, xs in (("the dispatcher's choice", cautious), ("the model alone", raw),
                      ("the nearest token count's winner", nearest)):
-        print(f"  {name:<34} regret {geomean(xs):.3f} (worst {max(xs):.2f}, {sum(x > 1.05 for x in xs)} of "
+        print(f"  {name:<34} regret {geometric_mean(xs):.3f} (worst {max(xs):.2f}, {sum(x > 1.05 for x in xs)} of "
               f"{len(xs)} over 1.05)")
 
 

@@ -196,6 +196,12 @@ def _regime(model: TimeModel, config, n: int, k: int, measured: set[int], ms: np
     return np.where(np.isin(bound, list(seen)), 1.0, 1.0 + CAUTION_REGIME)
 
 
+def caution(model: TimeModel, config, n: int, k: int, measured: set[int], ms: np.ndarray) -> np.ndarray:
+    """The factor a candidate's predicted times at ``ms`` count with (see the module): ``measured``
+    the token counts it was measured at on layer N x K."""
+    return _caution(measured, ms) * _regime(model, config, n, k, measured, ms)
+
+
 def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family: str | None = None,
                   share_within: float = SHARE_WITHIN, variant: Variant = Variant(),
                   batch_count: int | None = None, max_kernels: int = MAX_KERNELS) -> DispatchPlan:
@@ -234,9 +240,8 @@ def plan_dispatch(db, precision: str, arch: Arch, shapes: list[Shape], *, family
                       f"; none within {ERROR_BOUND}x cuBLAS's error: all kept")
             names = accurate or names
         raw = np.stack([model.predict_m(configs[name], n, k, ms) for name in names])
-        times = raw * np.stack([_caution(measured_at.get((name, n, k), set()), ms) for name in names])
-        times *= np.stack([_regime(model, configs[name], n, k, measured_at.get((name, n, k), set()), ms)
-                           for name in names])
+        times = raw * np.stack([caution(model, configs[name], n, k, measured_at.get((name, n, k), set()), ms)
+                                for name in names])
         keep = (times <= times.min(axis=0) * (1.0 + PREFILTER)).any(axis=1)
         grids[n, k] = ([name for name, kept in zip(names, keep) if kept], times[keep], raw[keep])
         bases[n, k] = basis
