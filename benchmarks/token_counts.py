@@ -17,11 +17,9 @@ import random
 import sys
 
 import torch
-from alternate import Alternate
+from alternate import Alternate, device_verdict
 
-from gemmgen.describe import tolerance
 from gemmgen.describe.workload import load_workload
-from gemmgen.measure import verify
 from gemmgen.torch import load
 
 
@@ -39,24 +37,6 @@ def draw(layers, count, lo, hi, seed, listed):
                 ms.append(m)
         out += [(m, n, k) for m in sorted(ms)]
     return out
-
-
-def gpu_stats(c, ref, scale, precision, k, out):
-    """gemmgen.measure.verify.host_stats on the GPU (torch, float64): the same sums, counts and bound."""
-    c = c.double()
-    finite = torch.isfinite(c)
-    err = (torch.where(finite, c, torch.zeros_like(c)) - ref).abs()
-    bound = tolerance.elementwise_tolerance(precision, k, out, "none") * scale
-    over = finite & (err > bound)
-    ratios = torch.where(bound > 0, err / bound, torch.where(err > 0, torch.full_like(err, math.inf), err))
-    first = torch.nonzero(~finite | over)
-    first_bad = None
-    if len(first):
-        i, j = (int(v) for v in first[0])
-        first_bad = (i, j, float(c[i, j]), float(ref[i, j]))
-    return verify.Stats(float((err[finite] ** 2).sum()), float((ref[finite] ** 2).sum()),
-                        float((scale[finite] ** 2).sum()), int(over.sum()), int((~finite).sum()),
-                        float(torch.where(finite, ratios, torch.zeros_like(ratios)).max()), first_bad)
 
 
 def geomean(xs):
@@ -161,9 +141,8 @@ def main() -> None:
         torch.cuda.synchronize()
         a64, b64 = a.double(), (b.double().t() if variant.b_transposed else b.double())
         bias64 = torch.zeros(n, dtype=torch.float64, device=dev) if bias is None else bias.double()
-        verdict = verify.judge(gpu_stats(c, a64 @ b64 + bias64, a64.abs() @ b64.abs() + bias64.abs(), args.precision,
-                                         k, variant.out),
-                               args.precision, k, variant.out)
+        verdict = device_verdict(c, a64 @ b64 + bias64, a64.abs() @ b64.abs() + bias64.abs(), args.precision, k,
+                                 variant.out)
         row = {"m": m, "n": n, "k": k, "kernel": op.choice(m, n, k), "us": t_ours * 1e3, "torch_us": t_torch * 1e3,
                "ratio": t_torch / t_ours, "correct": bool(verdict.ok), "message": verdict.message}
         rows.append(row)
