@@ -64,6 +64,28 @@ def expanded(sa, sb, s, dev):
     return sa.double()[ia], sb.double()[ib]
 
 
+def fp8_operands(scale: str, s, dev, gen):
+    """(a, w, (scale_a, scale_b), a64, w64) at shape ``s``: e4m3 A (M x K) and W (B stored N x K),
+    uniform in (-1, 1), drawn from ``gen``; fp32 scales in [0.25, 4) of ``scale`` ("tensor": one
+    value each; "block": as torch._scaled_mm takes them, (M, KB) and (KBP, NB) column-major views
+    of gemmgen's buffers, so the same memory serves both); and A and W in float64 times their
+    scales (gemmgen.describe.scaling's rule), from which the reference is made."""
+    a = (torch.rand(s.m, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    w = (torch.rand(s.n, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    len_a, len_b = scaling.lengths(scale, s.m, s.n, s.k)
+    sa = torch.rand(len_a, device=dev, generator=gen) * 3.75 + 0.25
+    sb = torch.rand(len_b, device=dev, generator=gen) * 3.75 + 0.25
+    if scale == "block":
+        big_a, big_w = expanded(sa, sb, s, dev)
+        kb, kbp, nb = scaling.blocks(s.k), scaling.k_blocks_padded(s.k), scaling.blocks(s.n)
+        sa, sb = sa.view(kb, s.m).t(), sb.view(nb, kbp).t()
+    elif scale == "tensor":
+        big_a, big_w = sa.double(), sb.double()
+    else:
+        raise ValueError(f"scale={scale}: the FP8 benchmarks compare tensor and block scales with torch._scaled_mm")
+    return a, w, (sa, sb), a.double() * big_a, w.double() * big_w
+
+
 def main():
     out_path = sys.argv[1]
     shapes = [parse_shape(s) for s in sys.argv[2:]] or SHAPES
@@ -76,23 +98,14 @@ def main():
     rows, summary = [], []
     for index, s in enumerate([shapes[0], *shapes]):  # the first shape twice: torch warms up over seconds
         warming = index == 0
-        a = (torch.rand(s.m, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
-        w = (torch.rand(s.n, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+        a, w, (ts_a, ts_b), a64, w64 = fp8_operands("block", s, dev, gen)
         c = torch.empty(s.m, s.n, device=dev, dtype=torch.bfloat16)
-        len_a, len_b = scaling.lengths("block", s.m, s.n, s.k)
-        sa = torch.rand(len_a, device=dev, generator=gen) * 3.75 + 0.25
-        sb = torch.rand(len_b, device=dev, generator=gen) * 3.75 + 0.25
-        big_a, big_w = expanded(sa, sb, s, dev)
-        a64, w64 = a.double() * big_a, w.double() * big_w
         ref, bound = a64 @ w64.T, a64.abs() @ w64.abs().T
         a16, w16 = a64.to(torch.bfloat16), w64.to(torch.bfloat16)  # bf16 F.linear on the same values
-        del a64, w64, big_a, big_w
+        del a64, w64
 
         def check(got):
             return device_verdict(got, ref, bound, "e4m3", s.k, "bf16")
-
-        kb, kbp, nb = scaling.blocks(s.k), scaling.k_blocks_padded(s.k), scaling.blocks(s.n)
-        ts_a, ts_b = sa.view(kb, s.m).t(), sb.view(nb, kbp).t()  # torch's (M, KB) and (KBP, NB), column-major
 
         def scaled_mm():
             return torch._scaled_mm(a, w.t(), ts_a, ts_b, out_dtype=torch.bfloat16)
@@ -105,7 +118,7 @@ def main():
         except RuntimeError as e:  # torch without block scales here: say so, time the others
             print(f"torch._scaled_mm refused block scales at {s}: {str(e).splitlines()[0]}", flush=True)
         stream = torch.cuda.current_stream().cuda_stream
-        scales = (sa.data_ptr(), sb.data_ptr())
+        scales = (ts_a.data_ptr(), ts_b.data_ptr())  # views of gemmgen's buffers, from their first element
 
         def cublaslt():
             lt.gemm("e4m3", s.m, s.n, s.k, 1.0, a.data_ptr(), w.data_ptr(), 0.0, c.data_ptr(), variant, scales=scales)

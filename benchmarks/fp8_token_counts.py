@@ -20,33 +20,11 @@ import sys
 
 import torch
 from alternate import Alternate, device_verdict
-from fp8_block import expanded
+from fp8_block import fp8_operands
 from token_counts import draw, drawing_options, layers_of, plot, print_table, summary
 
-from gemmgen.describe import scaling
 from gemmgen.describe.problem import Shape
 from gemmgen.torch import load
-
-
-def operands(variant, s: Shape, dev, gen):
-    """(a, w, ours' scales, torch's scales, ref, bound): e4m3 A and W, the scales in each's
-    layout (views of the same memory), the float64 product and the sum of its absolute terms."""
-    a = (torch.rand(s.m, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
-    w = (torch.rand(s.n, s.k, device=dev, generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
-    len_a, len_b = scaling.lengths(variant.scale, s.m, s.n, s.k)
-    sa = torch.rand(len_a, device=dev, generator=gen) * 3.75 + 0.25
-    sb = torch.rand(len_b, device=dev, generator=gen) * 3.75 + 0.25
-    if variant.scale == "block":
-        big_a, big_w = expanded(sa, sb, s, dev)
-        kb, kbp, nb = scaling.blocks(s.k), scaling.k_blocks_padded(s.k), scaling.blocks(s.n)
-        ours = theirs = (sa.view(kb, s.m).t(), sb.view(nb, kbp).t())
-    elif variant.scale == "tensor":
-        big_a, big_w = sa.double(), sb.double()
-        ours = theirs = (sa, sb)
-    else:
-        sys.exit(f"variant {variant.text}: this benchmark compares scale=tensor and scale=block with torch._scaled_mm")
-    a64, w64 = a.double() * big_a, w.double() * big_w
-    return a, w, ours, theirs, a64 @ w64.T, a64.abs() @ w64.abs().T
 
 
 def main() -> None:
@@ -58,18 +36,21 @@ def main() -> None:
     dev = torch.device("cuda:0")
     op = load(args.dispatcher)
     variant = op.variant
-    if op.dtype != torch.float8_e4m3fn or variant.trans != "nt" or variant.bias != "none" or variant.act != "none":
+    if op.dtype != torch.float8_e4m3fn or variant.trans != "nt" or variant.bias != "none" or variant.act != "none" \
+            or variant.scale not in ("tensor", "block"):
         sys.exit(f"{args.dispatcher}: variant {variant.text}: this benchmark takes e4m3 nt dispatchers without an "
-                 "epilogue (torch._scaled_mm's product)")
+                 "epilogue, scaled per tensor or by blocks (torch._scaled_mm's product)")
     clock = Alternate(dev)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     rows, refused = [], []
     for index, (m, n, k) in enumerate([shapes[0], *shapes]):  # the first twice: torch warms up over seconds
         s = Shape(m, n, k)
-        a, w, (oa, ob), (ta, tb), ref, bound = operands(variant, s, dev, gen)
+        a, w, (sa, sb), a64, w64 = fp8_operands(variant.scale, s, dev, gen)  # sa, sb: torch's layout, and ours
+        ref, bound = a64 @ w64.T, a64.abs() @ w64.abs().T
+        del a64, w64
         c = torch.empty(m, n, device=dev, dtype=op.out_dtype)
-        ours = lambda: op(a, w, out=c, scale_a=oa, scale_b=ob)
-        theirs = lambda: torch._scaled_mm(a, w.t(), ta, tb, out_dtype=op.out_dtype)  # C of its own, new
+        ours = lambda: op(a, w, out=c, scale_a=sa, scale_b=sb)
+        theirs = lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=op.out_dtype)  # C of its own, new
         c.fill_(float("nan"))
         ours()
         mine = device_verdict(c, ref, bound, "e4m3", k, variant.out)
