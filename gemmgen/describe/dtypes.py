@@ -68,6 +68,9 @@ _E5M2 = Precision("e5m2", "__nv_fp8_e5m2", 1, 90, 0.0, 2.0**-13, "e5m2-bits", 4,
                   2.0**-3, "cuda_fp8.h")
 
 
+FP8_FORMATS = {"e4m3": _E4M3, "e5m2": _E5M2}  # each operand format's facts (A's or B's of a precision)
+
+
 def _mixed(a: Precision, b: Precision) -> Precision:
     """A precision of A in ``a``'s format and B in ``b``'s (wgmma takes any pair of FP8 formats;
     cuBLASLt and torch._scaled_mm take E4M3 with E5M2 either way, not E5M2 with E5M2)."""

@@ -11,7 +11,7 @@ Needs a GPU (PyCUDA, and nvcc once per process to build the check kernels).
 import numpy as np
 
 from gemmgen.describe import scaling, tolerance
-from gemmgen.describe.dtypes import PRECISIONS
+from gemmgen.describe.dtypes import FP8_FORMATS, PRECISIONS
 from gemmgen.describe.problem import FIELD, FIELDS, Variant
 from gemmgen.measure import verify
 
@@ -46,8 +46,8 @@ def check_source() -> str:
     from gemmgen.codegen.render import environment
 
     return environment().get_template("check.cu").render(fields=FIELDS, v=None,
-                                                         e4m3_kind=PRECISIONS["e4m3"].check_kind,
-                                                         e5m2_kind=PRECISIONS["e5m2e4m3"].check_kind)
+                                                         e4m3_kind=FP8_FORMATS["e4m3"].check_kind,
+                                                         e5m2_kind=FP8_FORMATS["e5m2"].check_kind)
 
 
 class GpuChecker:
