@@ -493,9 +493,9 @@ def test_stream_k_source_and_launcher():
     assert "if (tail == 0 || 4 * tail > 3 * workers || k_tiles < 2 * SK_MIN_K_TILES)" in source
     assert "const int sk_units = 2 * tail < workers && units >= tail + workers ? tail + workers : tail;" in source
     assert "const int unit_start = (it_end - 1) / k_tiles * k_tiles, from = max(it, unit_start);" in source
-    # partial sums out with a release, in with an acquire, flags reset by the finishing block
+    # partial sums out with a release, in with an acquire (a lane per holder), flags reset by the finishing block
     assert "st.release.gpu.global.u32" in source and "ld.acquire.gpu.global.u32" in source
-    assert "sk_flags[block * 2 + consumer] = 0;" in source
+    assert "unsigned* const flag = sk_flags + holder_block(i) * 2 + consumer;" in source and "*flag = 0;" in source
     assert "unsigned* const sk_flags = ws.flags;" in source
     assert "float4* const sk_slots = reinterpret_cast<float4*>(ws.partials);" in source
     # the launcher sizes both from the grid it launches
