@@ -55,16 +55,44 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
-def open_study(storage: RDBStorage, url: str, name: str, sampler, first: list[tuple[dict, dict]]) -> optuna.Study:
+def open_study(storage: RDBStorage, url: str, name: str, sampler, first: list[tuple[dict, dict]],
+               space: dict[str, tuple]) -> tuple[optuna.Study, str | None]:
     """The study ``name`` (created if new, joined if not), with the trials ``first`` --
     (params, user_attrs) pairs, e.g. the family's named points -- enqueued once, however many
-    tuners join at once."""
+    tuners join at once; and None, or what was done with a study of another search space.
+
+    ``space`` is the parameters and the values the tuner suggests. Optuna refuses a value list
+    other than the one a study's trials were suggested with, so a study begun before its search
+    space changed (a family given new values) cannot go on: its trials are kept as a study of
+    their own, ``name@N`` (the first free N), and ``name`` begins again; the second result says so.
+    The measurements stay in the results database, where the tuner finds them again."""
     with setup_lock(url):
+        moved = _set_aside_if_space_changed(storage, name, space)
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
                                     load_if_exists=True)
         for params, attrs in first:
             study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
-    return study
+    return study, moved
+
+
+def _set_aside_if_space_changed(storage: RDBStorage, name: str, space: dict[str, tuple]) -> str | None:
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    changed = {}
+    for trial in storage.get_all_trials(study_id, deepcopy=False):
+        for param, dist in trial.distributions.items():
+            if param in space and param not in changed and tuple(getattr(dist, "choices", ())) != tuple(space[param]):
+                changed[param] = (list(dist.choices), list(space[param]))
+    if not changed:
+        return None
+    taken = set(optuna.get_all_study_names(storage))
+    kept = next(f"{name}@{n}" for n in range(1, len(taken) + 2) if f"{name}@{n}" not in taken)
+    optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=kept)
+    optuna.delete_study(study_name=name, storage=storage)
+    what = "; ".join(f"{p}: {old} -> {new}" for p, (old, new) in changed.items())
+    return f"study {name} was begun with another search space ({what}): its trials are kept as study {kept}, and {name} begins again"
 
 
 class Heartbeat:

@@ -264,7 +264,10 @@ class Tuner:
         # a point that cannot is no start
         named = [(NAMED_POINTS[name].params, {"named_point": name}) for name in named_points_in(self.space, precision)
                  if self._feasible(NAMED_POINTS[name].params)]
-        self.study = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first))
+        self.study, moved = open_study(self.storage, storage, self.study_name, self.sampler, named + list(first),
+                                       self.space.params)
+        if moved:
+            log(moved)
         self._stop = threading.Event()
         self.compile_fn = _compile  # what the worker processes run; tests substitute a stand-in
         # seconds the GPU spent in the bench's measurements, and the measuring thread spent waiting

@@ -111,6 +111,32 @@ def test_resume_continues_the_study_and_reuses_stored_results(url):
     assert not set(again.measured) & set(measured_before)
 
 
+def test_a_study_begun_with_another_search_space_is_kept_apart_and_the_tune_goes_on(url):
+    lines = []
+    bench = FakeBench(ResultsDB(url))
+    make_tuner(url, bench, seed=1).run(4)
+    space = load_space("warp")
+    wider = dataclasses.replace(space, params={**space.params, "BK": (4, *space.params["BK"])})
+    assert wider.params["BK"] != space.params["BK"]
+    t = tune.Tuner(FakeBench(ResultsDB(url)), wider, "fp32", SM90, SHAPES, study="s", storage=url, sampler="random",
+                   seed=1, jobs=2, log=lines.append)
+    t.compile_fn = fake_compile
+    t.bench.tuner = t
+    assert t.run(3).trials == 3  # Optuna alone raised "CategoricalDistribution does not support dynamic value space"
+    assert any(line.startswith("study s was begun with another search space (BK: ") and "kept as study s@1" in line
+               for line in lines), lines
+    kept = optuna.load_study(study_name="s@1", storage=url)
+    assert sum(1 for tr in kept.trials if tr.state.name == "COMPLETE") >= 4
+    again = optuna.load_study(study_name="s", storage=url)
+    assert all(tr.distributions["BK"].choices == wider.params["BK"] for tr in again.trials if "BK" in tr.params)
+    # the same space again: the study goes on, nothing set aside
+    lines.clear()
+    tune.Tuner(FakeBench(ResultsDB(url)), wider, "fp32", SM90, SHAPES, study="s", storage=url, sampler="random",
+               seed=2, jobs=2, log=lines.append)
+    assert not any("search space" in line for line in lines)
+    assert "s@2" not in optuna.get_all_study_names(url)
+
+
 @pytest.mark.slow
 def test_stop_request_ends_after_the_current_trial(url):
     bench = FakeBench(ResultsDB(url))
