@@ -96,6 +96,17 @@ def _points() -> dict:
                                             "swap": 1, "trans": "nt", "out": "fp32", "scale": "block"}),
                                   ("e4m3", {**base, "BM": 16, "BN": 128, "consumers": 1, "stages": 8, "promote": 1,
                                             "swap": 1, "trans": "nt", "out": "bf16", "scale": "block"}),
+                                  # B tiles of 64 rows (one TMA box) in FP8, a ring of 16 stages, 8- and 16-row tiles;
+                                  # stream-K on thin tiles, where a tile's fixup adds many holders' partial sums
+                                  ("e4m3", {**base, "BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1,
+                                            "trans": "nt", "out": "bf16", "scale": "tensor"}),
+                                  ("e4m3", {**base, "BM": 8, "BN": 64, "consumers": 1, "stages": 12, "swap": 1,
+                                            "promote": 4, "trans": "nt", "out": "fp32", "scale": "row"}),
+                                  ("bf16", {**base, "BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1,
+                                            "streamk": 1, "trans": "nt", "out": "bf16"}),
+                                  ("e4m3", {**base, "BM": 16, "BN": 128, "consumers": 2, "stages": 12, "swap": 1,
+                                            "streamk": 1, "promote": 16, "trans": "nt", "out": "bf16",
+                                            "scale": "tensor"}),
                                   # FP8 of two formats, wgmma's operands in either order (swap: B's tile first)
                                   ("e5m2e4m3", {**base, "BN": 128, "stages": 6, "promote": 4, "streamk": 1,
                                                 "trans": "nt", "out": "bf16", "scale": "tensor"}),

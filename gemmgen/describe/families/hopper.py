@@ -214,7 +214,10 @@ def check(p, precision, d, variant):
     elif d["SWAP_AB"] or p["BM"] % 64 == 0:
         divides(v, f"each consumer warpgroup's {what} must be whole m64 wgmma tiles", split, p[split],
                 "64*consumers", 64 * p["consumers"])
-    divides(v, f"{precision} B is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
+    if d["B_T"]:  # B stored N x K: boxes of 64 rows (of N) x 128 bytes, any element size
+        divides(v, "B stored N x K is loaded in boxes of 64 rows", "BN", p["BN"], "64", 64)
+    else:
+        divides(v, f"{precision} B stored K x N is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
             d["B_LOADS"], "cluster", p["cluster"])
     if p["overlap"]:
@@ -276,7 +279,8 @@ FAMILY = Family(
         Param("BN", (64, 128, 192, 256), "columns of C per tile (the wgmma N)"),
         Param("consumers", (1, 2), "consumer warpgroups, each owning BM/consumers rows of the tile (tf32: "
                                    "BN/consumers columns)"),
-        Param("stages", (2, 3, 4, 5, 6, 8), "shared-memory slots in the TMA -> wgmma ring"),
+        Param("stages", (2, 3, 4, 5, 6, 8, 12, 16), "shared-memory slots in the TMA -> wgmma ring (a thin tile's "
+                                                    "stages are small: 12 or 16 keep more of B in flight per SM)"),
         Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
         Param("schedule", ("coop", "pingpong"), "coop: the consumers split each tile's rows; pingpong: they take "
                                                  "alternate tiles, one storing while the other multiplies"),
