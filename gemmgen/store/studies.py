@@ -75,16 +75,24 @@ def open_study(storage: RDBStorage, url: str, name: str, sampler, first: list[tu
     return study, moved
 
 
-def _set_aside_if_space_changed(storage: RDBStorage, name: str, space: dict[str, tuple]) -> str | None:
+def space_changes(storage: RDBStorage, name: str, space: dict[str, tuple]) -> dict[str, tuple[list, list]]:
+    """The parameters whose values in ``space`` differ from those study ``name``'s trials were
+    suggested with: parameter -> (the study's values, the space's); empty where none does or there
+    is no such study."""
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:
-        return None
+        return {}
     changed = {}
     for trial in storage.get_all_trials(study_id, deepcopy=False):
         for param, dist in trial.distributions.items():
             if param in space and param not in changed and tuple(getattr(dist, "choices", ())) != tuple(space[param]):
                 changed[param] = (list(dist.choices), list(space[param]))
+    return changed
+
+
+def _set_aside_if_space_changed(storage: RDBStorage, name: str, space: dict[str, tuple]) -> str | None:
+    changed = space_changes(storage, name, space)
     if not changed:
         return None
     taken = set(optuna.get_all_study_names(storage))

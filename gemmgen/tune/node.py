@@ -91,7 +91,7 @@ def tune_on_devices(workload: Workload, pairs: list[tuple[str, str]], arch: Arch
     jobs = []
     for key, (precision, family, entry) in enumerate(order):
         name = loop.study_name(family, precision, arch.name, [entry.shape], base.variant, base.batch_count)
-        done = studies.finished(name)
+        done = studies.finished_in(name, load_space(family).narrowed(precision, base.variant))
         job = Job(key, name, base.trials - done, _Shape(precision, family, entry))
         if job.state == "skipped":
             log(f"[{key + 1}/{len(order)}] {shape_title(family, precision, base.variant, entry)}: skipped: study "

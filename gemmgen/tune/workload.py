@@ -31,7 +31,7 @@ from gemmgen.describe.workload import Workload, WorkloadEntry
 from gemmgen.errors import InvalidParameter
 from gemmgen.selection.best import shape_distance
 from gemmgen.selection.report import format_rows
-from gemmgen.store.studies import open_storage
+from gemmgen.store.studies import open_storage, space_changes
 from gemmgen.tune.devices import TuneSpec, tune
 from gemmgen.tune.loop import RETIMED_ATTR, check_variant, study_name
 from gemmgen.tune.space import SearchSpace, load_space
@@ -157,6 +157,12 @@ class _Studies:
         return sum(1 for t in self.trials(name) if t.state in (TrialState.COMPLETE, TrialState.FAIL)
                    and t.user_attrs.get("status") not in (None, "infeasible", "interrupted"))
 
+    def finished_in(self, name: str, space: SearchSpace) -> int:
+        """finished(name), or 0 where the study was begun with other values of ``space``'s
+        (narrowed) parameters: the tuner sets such a study aside and begins it again
+        (store.studies.open_study), so it still wants all its trials."""
+        return 0 if space_changes(self.storage, name, space.params) else self.finished(name)
+
     def winner(self, name: str) -> _Winner | None:
         """The study's winner: the first of its final re-timing, else its best trial."""
         done = sorted((t for t in self.trials(name) if t.state == TrialState.COMPLETE), key=lambda t: t.value,
@@ -229,7 +235,7 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
             shape = entry.shape
             name = study_name(family, precision, arch.name, [shape], base.variant, base.batch_count)
             where = f"[{len(results) + 1}/{total}] {shape_title(family, precision, base.variant, entry)}"
-            done = studies.finished(name)
+            done = studies.finished_in(name, space.narrowed(precision, base.variant))
             if interrupted:
                 note = "not reached"
             elif done >= base.trials:

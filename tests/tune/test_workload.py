@@ -5,6 +5,7 @@ the Optuna studies on SQLite in tmp_path."""
 import math
 import os
 import random
+import shutil
 import signal
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,12 +17,14 @@ from fakes import SM90, FakeBench, fake_compile
 import gemmgen.measure.device
 import gemmgen.tune.devices
 import gemmgen.tune.loop
+import gemmgen.tune.space as space_module
 from gemmgen.cli.main import main
 from gemmgen.describe.arch import parse_arch
 from gemmgen.describe.config import make_config
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.describe.workload import InvalidWorkload, load_workload
 from gemmgen.errors import InvalidParameter, InvalidPoint
+from gemmgen.paths import search_spaces_dir
 from gemmgen.store.db import ResultsDB
 from gemmgen.tune.space import load_space
 from gemmgen.tune.workload import default_family, plan, tuning_order
@@ -398,6 +401,27 @@ def test_an_interrupted_workload_resumes_where_it_stopped(tmp_path, capsys, fake
     assert f"[2/3] wmma bf16 128x256x256 (a): {4 - stopped} trials (study wmma-bf16-sm_90-128x256x256 has " \
         f"{stopped})" in err
     assert [len(finished(url, s)) for s in ("64x256x256", "128x256x256", "64x512x256")] == [4, 4, 4]
+
+
+def test_a_workload_run_after_its_search_space_changed_tunes_each_study_again_in_full(tmp_path, capsys, fake_gpu,
+                                                                                         monkeypatch):
+    """A study of the old values is set aside (NAME@1) and NAME wants all of --trials again, where
+    counting the old study's trials would have skipped the shape (or given it the difference)."""
+    path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
+    assert main(tune_argv(path, url)) == 0
+    capsys.readouterr()
+    spaces = tmp_path / "spaces"
+    shutil.copytree(search_spaces_dir(), spaces)
+    toml = spaces / "wmma.toml"
+    toml.write_text(toml.read_text().replace("PAD = [0, 8, 16]", "PAD = [0, 8]"))
+    monkeypatch.setattr(space_module, "search_spaces_dir", lambda: spaces)
+    assert main(tune_argv(path, url)) == 0
+    out, err = capsys.readouterr()
+    assert "skipped" not in err and "[1/3] wmma bf16 64x256x256 (a): 4 trials\n" in err
+    assert "study wmma-bf16-sm_90-64x256x256 was begun with another search space (PAD: [0, 8, 16] -> [0, 8])" in out + err
+    for shape in ("64x256x256", "128x256x256", "64x512x256"):
+        assert len(finished(url, shape)) == 4
+        assert len([t for t in trials_of(url, f"{shape}@1") if t.state.name == "COMPLETE"]) == 4
 
 
 @pytest.mark.parametrize("extra, message", [
