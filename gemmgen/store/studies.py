@@ -100,7 +100,8 @@ def _set_aside_if_space_changed(storage: RDBStorage, name: str, space: dict[str,
     optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=kept)
     optuna.delete_study(study_name=name, storage=storage)
     what = "; ".join(f"{p}: {old} -> {new}" for p, (old, new) in changed.items())
-    return f"study {name} was begun with another search space ({what}): its trials are kept as study {kept}, and {name} begins again"
+    return (f"study {name} was begun with another search space ({what}): its trials are kept as study {kept}, "
+            f"and {name} begins again")
 
 
 class Heartbeat:

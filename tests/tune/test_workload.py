@@ -418,7 +418,8 @@ def test_a_workload_run_after_its_search_space_changed_tunes_each_study_again_in
     assert main(tune_argv(path, url)) == 0
     out, err = capsys.readouterr()
     assert "skipped" not in err and "[1/3] wmma bf16 64x256x256 (a): 4 trials\n" in err
-    assert "study wmma-bf16-sm_90-64x256x256 was begun with another search space (PAD: [0, 8, 16] -> [0, 8])" in out + err
+    assert ("study wmma-bf16-sm_90-64x256x256 was begun with another search space (PAD: [0, 8, 16] -> [0, 8])"
+            in out + err)
     for shape in ("64x256x256", "128x256x256", "64x512x256"):
         assert len(finished(url, shape)) == 4
         assert len([t for t in trials_of(url, f"{shape}@1") if t.state.name == "COMPLETE"]) == 4

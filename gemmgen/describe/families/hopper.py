@@ -217,7 +217,8 @@ def check(p, precision, d, variant):
     if d["B_T"]:  # B stored N x K: boxes of 64 rows (of N) x 128 bytes, any element size
         divides(v, "B stored N x K is loaded in boxes of 64 rows", "BN", p["BN"], "64", 64)
     else:
-        divides(v, f"{precision} B stored K x N is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]), d["BK"])
+        divides(v, f"{precision} B stored K x N is loaded in 128-byte column chunks", "BN", p["BN"], str(d["BK"]),
+                d["BK"])
     divides(v, "each block of a cluster loads an equal share of B's boxes for all", "B boxes",
             d["B_LOADS"], "cluster", p["cluster"])
     if p["overlap"]:
