@@ -12,7 +12,6 @@ usage: python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --laye
        [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)"""
 import argparse
 import json
-import math
 import random
 import sys
 
@@ -20,6 +19,7 @@ import torch
 from alternate import Alternate, device_verdict
 
 from gemmgen.describe.workload import load_workload
+from gemmgen.selection.report import geometric_mean
 from gemmgen.torch import load
 
 
@@ -39,13 +39,9 @@ def draw(layers, count, lo, hi, seed, listed):
     return out
 
 
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def summary(rows):
     r = [x["ratio"] for x in rows]
-    return {"shapes": len(r), "geomean": geomean(r), "worst": min(r), "under_0.90": sum(x < 0.9 for x in r),
+    return {"shapes": len(r), "geomean": geometric_mean(r), "worst": min(r), "under_0.90": sum(x < 0.9 for x in r),
             "under_0.80": sum(x < 0.8 for x in r), "share_at_least_0.90": sum(x >= 0.9 for x in r) / len(r),
             "all_correct": all(x["correct"] for x in rows)}
 

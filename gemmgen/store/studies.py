@@ -75,16 +75,11 @@ def open_study(storage: RDBStorage, url: str, name: str, sampler, first: list[tu
     return study, moved
 
 
-def space_changes(storage: RDBStorage, name: str, space: dict[str, tuple]) -> dict[str, tuple[list, list]]:
-    """The parameters whose values in ``space`` differ from those study ``name``'s trials were
-    suggested with: parameter -> (the study's values, the space's); empty where none does or there
-    is no such study."""
-    try:
-        study_id = storage.get_study_id_from_name(name)
-    except KeyError:
-        return {}
+def space_changes(trials, space: dict[str, tuple]) -> dict[str, tuple[list, list]]:
+    """The parameters whose values in ``space`` differ from those ``trials`` (a study's) were
+    suggested with: parameter -> (the trials' values, the space's); empty where none does."""
     changed = {}
-    for trial in storage.get_all_trials(study_id, deepcopy=False):
+    for trial in trials:
         for param, dist in trial.distributions.items():
             if param in space and param not in changed and tuple(getattr(dist, "choices", ())) != tuple(space[param]):
                 changed[param] = (list(dist.choices), list(space[param]))
@@ -92,7 +87,11 @@ def space_changes(storage: RDBStorage, name: str, space: dict[str, tuple]) -> di
 
 
 def _set_aside_if_space_changed(storage: RDBStorage, name: str, space: dict[str, tuple]) -> str | None:
-    changed = space_changes(storage, name, space)
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    changed = space_changes(storage.get_all_trials(study_id, deepcopy=False), space)
     if not changed:
         return None
     taken = set(optuna.get_all_study_names(storage))

@@ -89,9 +89,10 @@ def tune_on_devices(workload: Workload, pairs: list[tuple[str, str]], arch: Arch
     studies = _Studies(base.url)
     order = hand_out_order(workload, pairs)
     jobs = []
+    spaces = {(p, f): load_space(f).narrowed(p, base.variant) for p, f, _ in order}
     for key, (precision, family, entry) in enumerate(order):
         name = loop.study_name(family, precision, arch.name, [entry.shape], base.variant, base.batch_count)
-        done = studies.finished_in(name, load_space(family).narrowed(precision, base.variant))
+        done = studies.finished_in(name, spaces[precision, family])
         job = Job(key, name, base.trials - done, _Shape(precision, family, entry))
         if job.state == "skipped":
             log(f"[{key + 1}/{len(order)}] {shape_title(family, precision, base.variant, entry)}: skipped: study "

@@ -154,14 +154,19 @@ class _Studies:
     def finished(self, name: str) -> int:
         """Trials measured to the end (ok or failed); not those that broke a constraint, were
         stopped by Ctrl-C before their measurement, or whose tuner died."""
-        return sum(1 for t in self.trials(name) if t.state in (TrialState.COMPLETE, TrialState.FAIL)
+        return self._finished(self.trials(name))
+
+    @staticmethod
+    def _finished(trials) -> int:
+        return sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)
                    and t.user_attrs.get("status") not in (None, "infeasible", "interrupted"))
 
     def finished_in(self, name: str, space: SearchSpace) -> int:
         """finished(name), or 0 where the study was begun with other values of ``space``'s
         (narrowed) parameters: the tuner sets such a study aside and begins it again
         (store.studies.open_study), so it still wants all its trials."""
-        return 0 if space_changes(self.storage, name, space.params) else self.finished(name)
+        trials = self.trials(name)
+        return 0 if space_changes(trials, space.params) else self._finished(trials)
 
     def winner(self, name: str) -> _Winner | None:
         """The study's winner: the first of its final re-timing, else its best trial."""
