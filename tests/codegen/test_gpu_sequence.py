@@ -107,6 +107,12 @@ def _points() -> dict:
                                   ("e4m3", {**base, "BM": 16, "BN": 128, "consumers": 2, "stages": 12, "swap": 1,
                                             "streamk": 1, "promote": 16, "trans": "nt", "out": "bf16",
                                             "scale": "tensor"}),
+                                  # B stored N x K in boxes of 32 rows, one multicast by each block of a cluster
+                                  ("e4m3", {**base, "BM": 64, "BN": 64, "consumers": 1, "stages": 8, "cluster": 2,
+                                            "trans": "nt", "out": "bf16", "scale": "tensor"}),
+                                  ("bf16", {**base, "BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1,
+                                            "cluster": 2, "streamk": 1, "trans": "nt", "out": "bf16"}),
+                                  ("fp16", {**base, "BN": 192, "stages": 3, "cluster": 2, "trans": "nt"}),
                                   # FP8 of two formats, wgmma's operands in either order (swap: B's tile first)
                                   ("e5m2e4m3", {**base, "BN": 128, "stages": 6, "promote": 4, "streamk": 1,
                                                 "trans": "nt", "out": "bf16", "scale": "tensor"}),

@@ -646,6 +646,27 @@ def test_transpose_bits_name_the_operands_that_lie_mn_major(trans, swap, bits):
     assert f"acc, 1, 1, {bits};" in render_kernel(config)
 
 
+@pytest.mark.parametrize("precision, params, loads, rows", [
+    ("e4m3", {"BM": 64, "BN": 64, "consumers": 1, "stages": 8, "cluster": 2}, 2, 32),  # cuBLASLt's 128-token tile
+    ("bf16", {"BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1, "cluster": 2}, 2, 32),
+    ("fp16", {"BM": 128, "BN": 192, "consumers": 2, "stages": 3, "cluster": 2}, 6, 32),
+    ("e4m3", {"BM": 128, "BN": 128, "consumers": 2, "stages": 6, "cluster": 2}, 2, 64),
+    ("e4m3", {"BM": 128, "BN": 192, "consumers": 2, "stages": 4}, 3, 64),
+])
+def test_b_stored_n_by_k_arrives_in_as_many_boxes_as_the_cluster_has_blocks(precision, params, loads, rows):
+    """B stored N x K comes in boxes of 64 rows of N, split further where the blocks of a cluster
+    would otherwise not share them out evenly (BN = 64 or 192 in a cluster of 2): each box a whole
+    number of 8-row swizzle atoms, landing where one box of BN rows would put those rows."""
+    c = make_config("hopper", {**params, "trans": "nt", "out": "bf16"}, precision, "sm_90")
+    d = c.derived
+    assert (d["B_LOADS"], d["B_BOX_N"]) == (loads, rows) and loads * rows == params["BN"]
+    assert c.geometry.tma.box_b == (d["BK"], rows) and d["B_BYTES"] // loads == rows * 128
+    source = render_kernel(c)
+    assert f"constexpr int B_LOADS = {loads}, B_BOX_N = {rows};" in source
+    assert "HP_B_T ? tn * BN + j * B_BOX_N : kt * BK" in source
+    assert f"B (N x K as stored, box {rows} x {d['BK']})" in source
+
+
 def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     c = make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90")
     assert c.name == "hopper_128x256_c2_s4_fp16_tn" and resolve_point(c.name, "sm_90") == c

@@ -88,6 +88,8 @@ operand as it is stored into zero-padded aligned rows in the workspace first, as
 C's edges, and the direct stores stay inside C, so any M, N, K >= 1 is correct.
 """
 
+import math
+
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.families.base import Family, Geometry, Param, Tma, divides
 from gemmgen.describe.problem import EVERY_VARIANT
@@ -128,11 +130,15 @@ def derive(p, precision, variant):
     smem = p["stages"] * (a_bytes + b_bytes + BARRIER_BYTES) + c_bytes + ALIGN_SLACK
     # TMA boxes are {inner, outer} in elements: A is M x K (K inner), B is K x N (N inner); B
     # arrives in B_LOADS boxes of BK rows x 128 bytes, which the blocks of a cluster share out.
-    # B stored N x K (trans=nt, tt) arrives as BN / 64 boxes of 64 rows (of N) x 128 bytes (of K),
-    # as many bytes each; the tile is then BN rows of 128 bytes, K-major.
+    # B stored N x K (trans=nt, tt) arrives in boxes of 64 rows (of N) x 128 bytes (of K), any
+    # element size, the tile then BN rows of 128 bytes, K-major; as many boxes as the cluster has
+    # blocks where BN / 64 is fewer or no multiple of them (BN = 64 in a cluster of 2: two boxes of
+    # 32 rows, one multicast by each block). A box of 8k rows is whole 1024-byte swizzle atoms, so
+    # the boxes lie as one box of BN rows would.
     # A stored K x M (trans=tn, tt) arrives as B stored K x N does: A_LOADS boxes of BK rows (of K)
     # x 128 bytes (of M), each 64 columns of the tile, M-major; otherwise as one box of BM rows.
-    b_loads = p["BN"] // 64 if b_t else p["BN"] // bk
+    b_loads = math.lcm(p["BN"] // 64, p["cluster"]) if b_t else p["BN"] // bk
+    b_box_n = p["BN"] // b_loads if b_t else bk  # columns of C (rows of B^T) one box brings
     a_loads = p["BM"] // bk if a_t else 1
     # wgmma's transpose bits (16-bit types only): whether its A and B operands lie MN-major in
     # shared memory. The A tile does where A is stored K x M, the B tile where B is stored K x N;
@@ -143,7 +149,7 @@ def derive(p, precision, variant):
     return {
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
-                             tma=Tma(box_a=(bk, bk) if a_t else (bk, p["BM"]), box_b=(bk, 64) if b_t else (bk, bk),
+                             tma=Tma(box_a=(bk, bk) if a_t else (bk, p["BM"]), box_b=(bk, b_box_n) if b_t else (bk, bk),
                                      box_c=None if swap else c_box),
                              stream_k=p["streamk"] == 1),
         "BK": bk,
@@ -169,6 +175,7 @@ def derive(p, precision, variant):
         "C_BUFFERS": C_BUFFERS,
         "A_LOADS": a_loads,
         "B_LOADS": b_loads,
+        "B_BOX_N": b_box_n,
         "SK_FLAGS_PER_BLOCK": p["consumers"],  # stream-K: a flag per consumer warpgroup of each block
         "WGMMA_K": dt.mma_k,
         # wgmma's operand types: A's and B's (FP8 of two formats differ), swapped with C^T = B^T A^T
