@@ -13,6 +13,9 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
   fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
   multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the first
   whole-tile kernel picked.
+- In what order: one token count of each layer in turn, each layer's in the order they were
+  taken (a boundary, a midpoint, a drawn count, ...), so that a fill the time limit stops has
+  measured every layer alike rather than the first layers' low token counts only.
 - How: each is built (in parallel), checked against float64 and timed in alternation with cuBLAS
   (gemmgen.measure.bench.Bench), and every outcome is recorded, as a tune's trials are.
 """
@@ -85,9 +88,10 @@ def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
 
 def fill_counts(model: TimeModel, layer_kernels: list[KernelConfig], n: int, k: int, listed: list[int],
                 points: int, seed: int) -> list[int]:
-    """The token counts to measure on layer N x K (see the module), at most ``points``: taken in
-    turn from the model's boundaries, the midpoints of the listed counts and random ones (half
-    uniform, half log-uniform in [1, the largest listed]), so that a cap keeps a mix of all three."""
+    """The token counts to measure on layer N x K (see the module), at most ``points``, in the order
+    taken: in turn from the model's boundaries, the midpoints of the listed counts and random ones
+    (half uniform, half log-uniform in [1, the largest listed]), so that a cap, or a fill stopped
+    part way, keeps a mix of all three."""
     top = max(listed)
     boundaries: list[int] = []
     if layer_kernels:
@@ -108,7 +112,16 @@ def fill_counts(model: TimeModel, layer_kernels: list[KernelConfig], n: int, k: 
                 if m not in listed and m not in out and 1 <= m <= top:
                     out.append(m)
                     break
-    return sorted(out[:points])
+    return out[:points]
+
+
+def interleave(per_layer: list[list[FillPoint]]) -> list[FillPoint]:
+    """The layers' points one of each layer in turn (the first of every layer, then the second,
+    ...), each layer's in its own order."""
+    out = []
+    for i in range(max((len(points) for points in per_layer), default=0)):
+        out += [points[i] for points in per_layer if i < len(points)]
+    return out
 
 
 def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Variant, layers: dict[tuple[int, int], list[int]],
@@ -117,8 +130,10 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
     GemmgenError where nothing of the precision and variant is stored yet (tune the listed shapes first)."""
     samples, configs, sms, _ = stored_samples(db, precision, arch, variant, space.family)
     model = TimeModel.fit(samples, configs, sms)
-    plan = []
+    per_layer = []
     for (n, k), listed in layers.items():
+        plan = []
+        per_layer.append(plan)
         measured = sorted({s.kernel for s in samples if (s.shape.n, s.shape.k) == (n, k)})
         layer_kernels = [configs[name] for name in measured]
         twins = [t for t in (stream_k_twin(c) for c in layer_kernels) if t is not None]
@@ -134,7 +149,7 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
             if twin is not None and twin.name not in {p.name for p in picked}:
                 picked.append(twin)
             plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
-    return plan
+    return interleave(per_layer)
 
 
 def _build(config: KernelConfig) -> tuple[str, bool, str]:
