@@ -261,9 +261,10 @@ def test_fp8_takes_b_tiles_of_64_rows_and_deep_rings_for_thin_problems():
     assert config.derived["B_LOADS"] == 1 and config.derived["B_BYTES"] == 64 * 128 and config.derived["MI"] == 1
     assert config.geometry.smem_bytes == 16 * (16 * 128 + 64 * 128 + 16) + 1024
     assert "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3" in render_kernel(config)
-    with pytest.raises(InvalidPoint, match="B boxes=1 must be a multiple of cluster=2"):
-        make_config("hopper", {**DEFAULT, "BM": 16, "BN": 64, "consumers": 1, "swap": 1, "cluster": 2,
-                               "trans": "nt", "out": "bf16"}, "e4m3", "sm_90")
+    # in a cluster of 2 the one box becomes two of 32 rows, one multicast by each block
+    pair = make_config("hopper", {**DEFAULT, "BM": 16, "BN": 64, "consumers": 1, "swap": 1, "cluster": 2,
+                                  "trans": "nt", "out": "bf16"}, "e4m3", "sm_90")
+    assert (pair.derived["B_LOADS"], pair.derived["B_BOX_N"]) == (2, 32) and pair.derived["B_BYTES"] == 64 * 128
 
 
 @pytest.mark.parametrize("precision, swap, instruction, a_type, b_type", [
