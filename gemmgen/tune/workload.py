@@ -236,11 +236,12 @@ def tune_workload(workload: Workload, pairs: list[tuple[str, str]], arch: Arch, 
     total = len(pairs) * len(order)
     for precision, family in pairs:
         space = load_space(family)
+        narrowed = space.narrowed(precision, base.variant)
         for entry in order:
             shape = entry.shape
             name = study_name(family, precision, arch.name, [shape], base.variant, base.batch_count)
             where = f"[{len(results) + 1}/{total}] {shape_title(family, precision, base.variant, entry)}"
-            done = studies.finished_in(name, space.narrowed(precision, base.variant))
+            done = studies.finished_in(name, narrowed)
             if interrupted:
                 note = "not reached"
             elif done >= base.trials:
