@@ -22,8 +22,8 @@ def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: C
     """Time launches in alternation with a CUDA event pair around each run, after ``warmup``
     untimed rounds: one Timing per launch.
 
-    ``before`` runs before every run, outside the events (gemmgen uses it to poison C and flush
-    L2). Each round runs every launch once (``before`` ahead of each), in turn forward and backward,
+    ``before`` runs before every run, outside the events (gemmgen uses it to poison C, flush L2
+    and hold the GPU until the call is queued: gemmgen.measure.l2flush). Each round runs every launch once (``before`` ahead of each), in turn forward and backward,
     so that the clock and temperature drift of a long measurement falls on all of them alike and
     none always follows the same neighbour: the way to compare two kernels (a point and cuBLAS).
     Rounds continue until each launch has ``min_runs`` runs and the first has ``min_total_ms`` of
