@@ -107,6 +107,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                "counts, tune nothing new)")
     if args.fill and not args.workload:
         raise InvalidParameter("--fill measures between a workload's token counts: it goes with --workload FILE")
+    if args.fill_points < 0:
+        raise InvalidParameter(f"--fill-points must be at least 0 (0: explore no new token counts, only check the "
+                               f"dispatcher's choices that rest on no measurement); got {args.fill_points}")
     if args.jobs is not None and args.jobs < 1:
         raise InvalidParameter("--jobs must be at least 1 (compile workers; leave it out for one per CPU core)")
     if args.workload:

@@ -18,6 +18,14 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
   measured every layer alike rather than the first layers' low token counts only.
 - How: each is built (in parallel), checked against float64 and timed in alternation with cuBLAS
   (gemmgen.measure.bench.Bench), and every outcome is recorded, as a tune's trials are.
+- Then the checks: the dispatcher those measurements give (gemmgen.selection.dispatch.select,
+  its accuracy rule and caution included) can still serve a span of token counts with a kernel
+  never measured within it, on the model's word. Each such kernel is measured at the first and
+  last count of its span (:func:`check_points`), the dispatcher planned again, and so on, for at
+  most CHECK_ROUNDS rounds or until every span rests on a measurement. On an H200 a kernel
+  measured at 128 tokens only (26 us) served 129-256 and took 62-68 us at 137-156: its second tile
+  row was nearly empty, which the model's base does not price (docs/problems.md).
+- Time: with a limit, the first EXPLORE_SHARE of it for the points above, the rest for checks.
 """
 
 import math
@@ -41,6 +49,8 @@ from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 from gemmgen.tune.space import SearchSpace, load_space
 
 MIN_BM = 8
+EXPLORE_SHARE = 0.5  # of a time-limited fill, for the exploration; the rest checks the dispatcher's choices
+CHECK_ROUNDS = 4  # measure the unmeasured choices, plan again: at most this many times
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,23 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
     return interleave(per_layer)
 
 
+def check_points(plan, configs: dict[str, KernelConfig] | None = None) -> list[FillPoint]:
+    """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
+    gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
+    layer, that kernel at the span's first and last token count. Each layer's spans widest first
+    (in log M: the most token counts served on the model's word), the layers interleaved."""
+    per_layer = []
+    for layer in plan.layers:
+        spans = sorted((s for s in layer.spans if not s.measured),
+                       key=lambda s: (math.log(s.m_hi + 1) - math.log(s.m_lo), -s.m_lo), reverse=True)
+        points = []
+        for span in spans:
+            config = plan.kernels[span.kernel]
+            points += [FillPoint(Shape(m, layer.n, layer.k), (config,)) for m in dict.fromkeys((span.m_lo, span.m_hi))]
+        per_layer.append(points)
+    return interleave(per_layer)
+
+
 def _build(config: KernelConfig) -> tuple[str, bool, str]:
     try:
         result = build_kernel(config)
@@ -164,13 +191,15 @@ def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
              log: Callable[[str], None]) -> list[tuple[Shape, str, float | None]]:
     """Builds every kernel of ``plan`` (``jobs`` processes), then measures each point's kernels
     with ``bench`` (a gemmgen.measure.bench.Bench that times in alternation with cuBLAS and records),
-    stopping after ``limit_s`` seconds of measuring. Returns (shape, kernel, ratio to cuBLAS or None)."""
+    starting no point after ``limit_s`` seconds (building included). Returns (shape, kernel, ratio
+    to cuBLAS or None)."""
+    start = time.monotonic()
     configs = {c.name: c for p in plan for c in p.configs}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         failed = [(name, why) for name, ok, why in pool.map(_build, configs.values()) if not ok]
     for name, why in failed:
         log(f"fill: {name} did not build: {why.splitlines()[-1] if why else ''}")
-    start, out = time.monotonic(), []
+    out = []
     for i, point in enumerate(plan):
         if limit_s is not None and time.monotonic() - start > limit_s:
             log(f"fill: stopped after {limit_s:.0f} s, {len(plan) - i} token counts not measured")
@@ -188,10 +217,13 @@ def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: V
                   log: Callable[[str], None]) -> Iterator[tuple[str, list[tuple[Shape, str, float | None]]]]:
     """The fill of a tuned workload (gemmgen.describe.workload.Workload) on GPU ``device``: for
     each (precision, family) of ``pairs`` in turn, :func:`plan_fill` over the workload's layers
-    (N x K, each with its listed token counts) and :func:`run_fill`, every outcome recorded in
-    the results database ``url`` (tag ``fill``). Yields each precision and what run_fill found."""
+    (N x K, each with its listed token counts) and :func:`run_fill`, then rounds of
+    :func:`check_points` of the dispatcher of the workload's shapes; ``limit_s`` bounds each
+    precision's (EXPLORE_SHARE of it the exploration's). Every outcome is recorded in the results
+    database ``url`` (tag ``fill``). Yields each precision and what was measured."""
     from gemmgen.measure.bench import Bench
     from gemmgen.measure.device import Gpu
+    from gemmgen.selection.dispatch.select import plan_dispatch
     from gemmgen.store.db import ResultsDB
 
     layers = defaultdict(list)
@@ -206,6 +238,18 @@ def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: V
                                  seed=seed or 0)
                 log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
                     f"{sum(len(p.configs) for p in plan)} measurements")
-                yield precision, run_fill(plan, bench, jobs=jobs, limit_s=limit_s, log=log)
+                start = time.monotonic()
+                found = run_fill(plan, bench, jobs=jobs, limit_s=None if limit_s is None else limit_s * EXPLORE_SHARE, log=log)
+                for round_ in range(1, CHECK_ROUNDS + 1):
+                    left = None if limit_s is None else limit_s - (time.monotonic() - start)
+                    if left is not None and left <= 0:
+                        break
+                    checks = check_points(plan_dispatch(db, precision, arch, workload.shapes, family=family,
+                                                        variant=variant))
+                    log(f"fill: check {round_}: {len(checks)} of the dispatcher's choices rest on no measurement")
+                    if not checks:
+                        break
+                    found += run_fill(checks, bench, jobs=jobs, limit_s=left, log=log)
+                yield precision, found
         finally:
             bench.close()

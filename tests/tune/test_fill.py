@@ -2,7 +2,7 @@
 import math
 
 from gemmgen.describe.problem import Shape
-from gemmgen.tune.fill import FillPoint, fill_counts, interleave
+from gemmgen.tune.fill import FillPoint, check_points, fill_counts, interleave
 
 LISTED = [16, 128, 512, 2048, 8192]
 
@@ -33,3 +33,36 @@ def test_layers_take_turns_so_a_stopped_fill_has_measured_each():
                                                       (14336, 45), (6144, 256)]
     assert {p.shape.n for p in plan[:3]} == {6144, 4096, 14336}
     assert interleave([]) == [] and interleave([[], o]) == o
+
+
+def _plan(*layers):
+    """A DispatchPlan of two kernels over ``layers``: (n, [(m_lo, m_hi, kernel index, measured), ...]) each."""
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.describe.config import make_config
+    from gemmgen.describe.points import point_spec
+    from gemmgen.selection.dispatch.select import DispatchPlan, Layer, Span
+
+    arch = parse_arch("sm_90")
+    specs = [point_spec(name) for name in ("hopper_bf16", "hopper_fp16")]
+    kernels = tuple(make_config(family, params, precision, arch) for family, precision, params in specs)
+    return DispatchPlan("bf16", arch, kernels, tuple(
+        Layer(n, 4096, tuple(Span(lo, hi, i, 1.0, 1.0, tuple(measured)) for lo, hi, i, measured in spans), (16,), "")
+        for n, spans in layers), ("NVIDIA H200",))
+
+
+def test_checks_measure_each_choice_resting_on_no_measurement_at_its_ends_widest_span_first():
+    """A span whose kernel was measured within it needs no check; the others are measured at their
+    first and last token count (once where they are one), the widest span (in log M) first, the
+    layers in turn."""
+    plan = _plan((4096, [(1, 16, 0, [16]), (17, 20, 1, []), (21, 256, 0, []), (257, 257, 1, [])]),
+                 (6144, [(1, 8192, 1, [])]))
+    checks = check_points(plan)
+    got = [(p.shape.n, p.shape.m, p.configs[0].name) for p in checks]
+    bf16, fp16 = plan.kernels[0].name, plan.kernels[1].name
+    assert got == [(4096, 21, bf16), (6144, 1, fp16), (4096, 256, bf16), (6144, 8192, fp16), (4096, 17, fp16),
+                   (4096, 20, fp16), (4096, 257, fp16)]
+    assert all(p.shape.k == 4096 and len(p.configs) == 1 for p in checks)
+
+
+def test_no_checks_where_every_choice_was_measured():
+    assert check_points(_plan((4096, [(1, 100, 0, [1, 100]), (101, 8192, 1, [4096])]))) == []

@@ -222,6 +222,15 @@ def test_jobs_below_one_is_one_message_and_exit_2(tmp_path, capsys, two_gpus):
     assert not (tmp_path / "tune.db").exists()
 
 
+def test_fill_points_below_zero_is_one_message_and_exit_2(tmp_path, capsys, two_gpus):
+    path, url = write(tmp_path, TINY), f"sqlite:///{tmp_path / 'tune.db'}"
+    assert main([*argv(path, url), "--fill", "--fill-points", "-1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "gemmgen: error: --fill-points must be at least 0 (0: explore no new token counts, only check the "
+        "dispatcher's choices that rest on no measurement); got -1")
+    assert not (tmp_path / "tune.db").exists()
+
+
 def test_the_compile_pool_compiles_a_point_asked_for_at_once_by_two_gpus_once(tmp_path):
     context = multiprocessing.get_context("spawn")
     inboxes = {"GPU0": context.Queue(), "GPU1": context.Queue()}
