@@ -113,6 +113,14 @@ def _points() -> dict:
                                   ("bf16", {**base, "BM": 16, "BN": 64, "consumers": 1, "stages": 16, "swap": 1,
                                             "cluster": 2, "streamk": 1, "trans": "nt", "out": "bf16"}),
                                   ("fp16", {**base, "BN": 192, "stages": 3, "cluster": 2, "trans": "nt"}),
+                                  # A's tile in boxes of abox rows, those wholly past M not loaded (their rows of
+                                  # shared memory keep an earlier stage's values): coop, swap with stream-K and a
+                                  # cluster, ping-pong
+                                  ("e4m3", {**base, "BN": 64, "stages": 6, "promote": 4, "abox": 16, "trans": "nt",
+                                            "out": "bf16", "scale": "tensor"}),
+                                  ("bf16", {**base, "BM": 32, "BN": 64, "consumers": 1, "stages": 8, "swap": 1,
+                                            "abox": 8, "streamk": 1, "cluster": 2, "trans": "nt", "out": "bf16"}),
+                                  ("fp16", {**base, "BN": 128, "schedule": "pingpong", "stages": 6, "abox": 32}),
                                   # FP8 of two formats, wgmma's operands in either order (swap: B's tile first)
                                   ("e5m2e4m3", {**base, "BN": 128, "stages": 6, "promote": 4, "streamk": 1,
                                                 "trans": "nt", "out": "bf16", "scale": "tensor"}),

@@ -489,7 +489,8 @@ def test_stream_k_point_name_geometry_and_workspace():
     assert c.name == "hopper_128x256_c2_s4_g8_x2_sk_bf16"
     assert point_spec(c.name) == ("hopper", "bf16", {"BM": "128", "BN": "256", "consumers": "2", "stages": "4",
                                                      "swizzle": "8", "cluster": "2", "schedule": "coop",
-                                                     "streamk": "1", "overlap": "0", "swap": "0", "promote": "0"})
+                                                     "streamk": "1", "overlap": "0", "swap": "0", "promote": "0",
+                                                     "abox": "0"})
     assert resolve_point(c.name, "sm_90") == c
     assert c.geometry.stream_k
     info = launcher_of(c).describe(4096, 4096, 4096, resident=132)
@@ -666,6 +667,46 @@ def test_b_stored_n_by_k_arrives_in_as_many_boxes_as_the_cluster_has_blocks(prec
     assert f"constexpr int B_LOADS = {loads}, B_BOX_N = {rows};" in source
     assert "HP_B_T ? tn * BN + j * B_BOX_N : kt * BK" in source
     assert f"B (N x K as stored, box {rows} x {d['BK']})" in source
+
+
+@pytest.mark.parametrize("precision, params, loads", [
+    ("e4m3", {"BM": 128, "BN": 64, "stages": 6, "promote": 4, "abox": 16, "trans": "nt", "out": "bf16"}, 8),
+    ("bf16", {"BM": 32, "BN": 64, "consumers": 1, "stages": 8, "swap": 1, "abox": 8, "trans": "nt"}, 4),
+    ("fp16", {"BM": 256, "BN": 128, "consumers": 2, "stages": 3, "abox": 128}, 2),
+])
+def test_a_in_row_boxes_loads_only_those_holding_a_row_before_m(precision, params, loads):
+    """abox: A stored M x K arrives in BM / abox boxes of abox rows, each whole 8-row swizzle atoms
+    landing where one box of BM rows puts them; the producer loads those that start before M and
+    expects only their bytes (a tile past M, none)."""
+    c = make_config("hopper", {**DEFAULT, **params}, precision, "sm_90")
+    assert c.name.split(f"_{precision}")[0].endswith(f"_ab{params['abox']}") and resolve_point(c.name, "sm_90") == c
+    d = c.derived
+    assert (d["A_LOADS"], d["A_BOX_M"]) == (loads, params["abox"]) and loads * params["abox"] == params["BM"]
+    assert c.geometry.tma.box_a == (d["BK"], params["abox"]) and d["A_BYTES"] // loads == params["abox"] * 128
+    source = render_kernel(c)
+    assert f"HP_A_LOADS = {loads}," in source and f"constexpr int HP_A_BOX_M = {params['abox']};" in source
+    assert "return max(0, min(HP_A_LOADS, (rows_left + HP_A_BOX_M - 1) / HP_A_BOX_M));" in source
+    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(HP_A_LOADS - hp_a_boxes\(M - tm \* BM\)\) \* HP_A_BOX_BYTES;",
+                     source)
+    assert "gg_bar_expect(bar, stage_bytes);" in source and "const int a_boxes = hp_a_boxes(M - tm * BM);" in source
+    assert "hp_load(a_dst + j * HP_A_BOX_BYTES, &tma_a, kt * BK, tm * BM + j * HP_A_BOX_M, za, bar);" in source
+    assert f"over A (M x K, box {params['abox']} x {d['BK']})" in source
+    whole = make_config("hopper", {**DEFAULT, **params, "abox": 0}, precision, "sm_90")
+    assert whole.name == c.name.replace(f"_ab{params['abox']}", "")
+    assert whole.derived["A_LOADS"] == 1 and whole.geometry.tma.box_a == (d["BK"], params["BM"])
+    plain = render_kernel(whole)
+    assert "hp_a_boxes(" not in plain and "HP_A_BOX_M =" not in plain
+    assert re.search(r"const unsigned stage_bytes =\s+STAGE_BYTES;", plain)
+
+
+@pytest.mark.parametrize("params, trans, expected", [
+    ({"abox": 128}, "nn", "abox=128 must divide BM=128 and be smaller"),
+    ({"BM": 192, "abox": 128}, "nn", "abox=128 must divide BM=192 and be smaller"),
+    ({"abox": 16}, "tn", "A stored K x M (trans=tn) arrives in boxes of 64 columns of M already: use abox=0"),
+])
+def test_a_row_boxes_constraints(params, trans, expected):
+    with pytest.raises(InvalidPoint, match=re.escape(expected)):
+        make_config("hopper", {**DEFAULT, "BN": 128, **params, "trans": trans}, "fp16", "sm_90")
 
 
 def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
