@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "measuring time per precision)")
     p.add_argument("--fill", action="store_true", help="with --workload, after its shapes: measure candidate kernels "
                    "at token counts between and around the listed ones, where the selection model's choice changes "
-                   "(gemmgen/tune/fill.py), then the kernels the dispatcher would choose where none was measured, so that its "
-                   "choice at any M rests on measurements near it")
+                   "(gemmgen/tune/fill.py), then the kernels the dispatcher would choose where none was "
+                   "measured, so that its choice at any M rests on measurements near it")
     p.add_argument("--fill-points", type=int, default=28, metavar="N", help="token counts the fill explores per "
                    "layer (default 28; 0: only the checks of the dispatcher's choices)")
     add_variant_arguments(p)

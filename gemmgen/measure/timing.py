@@ -23,9 +23,10 @@ def time_interleaved(gpu: Gpu, launches: Sequence[Callable[[], None]], before: C
     untimed rounds: one Timing per launch.
 
     ``before`` runs before every run, outside the events (gemmgen uses it to poison C, flush L2
-    and hold the GPU until the call is queued: gemmgen.measure.l2flush). Each round runs every launch once (``before`` ahead of each), in turn forward and backward,
-    so that the clock and temperature drift of a long measurement falls on all of them alike and
-    none always follows the same neighbour: the way to compare two kernels (a point and cuBLAS).
+    and hold the GPU until the call is queued: gemmgen.measure.l2flush). Each round runs every
+    launch once (``before`` ahead of each), in turn forward and backward, so that the clock and
+    temperature drift of a long measurement falls on all of them alike and none always follows the
+    same neighbour: the way to compare two kernels (a point and cuBLAS).
     Rounds continue until each launch has ``min_runs`` runs and the first has ``min_total_ms`` of
     kernel time, or ``max_runs``. With ``give_up_ms``, they stop after ``probe_runs`` rounds where
     the first launch's median is above it (a tuner's candidate clearly slower than its best so

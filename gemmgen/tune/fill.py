@@ -162,7 +162,7 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
     return interleave(per_layer)
 
 
-def check_points(plan, configs: dict[str, KernelConfig] | None = None) -> list[FillPoint]:
+def check_points(plan) -> list[FillPoint]:
     """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
     gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
     layer, that kernel at the span's first and last token count. Each layer's spans widest first
@@ -239,7 +239,8 @@ def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: V
                 log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
                     f"{sum(len(p.configs) for p in plan)} measurements")
                 start = time.monotonic()
-                found = run_fill(plan, bench, jobs=jobs, limit_s=None if limit_s is None else limit_s * EXPLORE_SHARE, log=log)
+                explore_s = None if limit_s is None else limit_s * EXPLORE_SHARE
+                found = run_fill(plan, bench, jobs=jobs, limit_s=explore_s, log=log)
                 for round_ in range(1, CHECK_ROUNDS + 1):
                     left = None if limit_s is None else limit_s - (time.monotonic() - start)
                     if left is not None and left <= 0:
