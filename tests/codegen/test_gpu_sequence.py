@@ -151,13 +151,17 @@ def _emitted_library(config, folder) -> str:
 
 
 @pytest.fixture(scope="module")
-def libraries(tmp_path_factory, build_cache):
-    """label -> (the emitted library's path, the runtime's BuildResult), all compiled at once."""
+def libraries(request, tmp_path_factory, build_cache):
+    """label -> (the emitted library's path, the runtime's BuildResult), compiled at once for the
+    points this session's selected tests use (`-k` picks a few without building all of them)."""
+    here = request.node.path
+    wanted = {item.callspec.params["label"] for item in request.session.items
+              if item.path == here and hasattr(item, "callspec") and "label" in item.callspec.params}
     folder = tmp_path_factory.mktemp("emitted")
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-        emitted = {label: pool.submit(_emitted_library, c, folder) for label, c in POINTS.items()}
-        runtime = {label: pool.submit(build_kernel, c) for label, c in POINTS.items()}
-        return {label: (emitted[label].result(), runtime[label].result()) for label in POINTS}
+        emitted = {label: pool.submit(_emitted_library, POINTS[label], folder) for label in wanted}
+        runtime = {label: pool.submit(build_kernel, POINTS[label]) for label in wanted}
+        return {label: (emitted[label].result(), runtime[label].result()) for label in wanted}
 
 
 # ---- operands and references, one set per input type, shared by the kernels -----------------------
