@@ -11,8 +11,9 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
 - What: at each, the ``per_m`` kernels the model predicts fastest among those measured on the
   layer and their stream-K twins (the hybrid, for whole-tile coop kernels), the ``per_m``
   fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
-  multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the first
-  whole-tile kernel picked.
+  multiple of 8, so that a tile count fits the SMs at that M), the stream-K twin of the first
+  whole-tile kernel picked, and, where the first kernel picked leaves its last tile row at most
+  half full, its abox twin (:func:`abox_twin`: A loaded in boxes, those wholly past M skipped).
 - In what order: one token count of each layer in turn, each layer's in the order they were
   taken (a boundary, a midpoint, a drawn count, ...), so that a fill the time limit stops has
   measured every layer alike rather than the first layers' low token counts only.
@@ -96,6 +97,24 @@ def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
         return None
 
 
+def abox_twin(config: KernelConfig, m: int) -> KernelConfig | None:
+    """``config`` loading A in boxes of abox rows, where its last tile row at M is at most half
+    full: abox the least the family allows that covers that row's rows (one box is loaded there,
+    not BM rows of zero fill). None where the family has no ``abox``, abox is set already, the
+    last row is more than half full, or the point is invalid (A stored K x M)."""
+    p = config.params
+    rows = m % p["BM"] if p.get("BM") else 0
+    if p.get("abox", 1) != 0 or not 0 < rows <= p["BM"] // 2:
+        return None
+    for abox in sorted(config.family.param("abox").choices):
+        if abox >= rows and p["BM"] % abox == 0:
+            try:
+                return make_config(config.family, {**p, "abox": abox}, config.precision, config.arch, config.variant)
+            except InvalidPoint:
+                return None
+    return None
+
+
 def fill_counts(model: TimeModel, layer_kernels: list[KernelConfig], n: int, k: int, listed: list[int],
                 points: int, seed: int) -> list[int]:
     """The token counts to measure on layer N x K (see the module), at most ``points``, in the order
@@ -158,6 +177,10 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
             twin = next((t for t in map(stream_k_twin, picked) if t is not None), None)
             if twin is not None and twin.name not in {p.name for p in picked}:
                 picked.append(twin)
+            # the fastest measured kernel loading only A's rows that exist, where its last tile row is thin
+            boxed = abox_twin(picked[0], m) if picked else None
+            if boxed is not None and boxed.name not in {p.name for p in picked}:
+                picked.append(boxed)
             plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
     return interleave(per_layer)
 
