@@ -18,7 +18,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from gemmgen.describe.problem import parse_shape
     from gemmgen.measure.bench import Bench
     from gemmgen.measure.device import Gpu
-    from gemmgen.measure.plan import point_plan, run_plan
+    from gemmgen.measure.plan import build_plan, point_plan, run_plan
     from gemmgen.selection.report import format_rows
     from gemmgen.selection.suite import SUITE_PRECISIONS, geometric_mean_ratios, suite_plan
     from gemmgen.store.db import ResultsDB, resolve_url
@@ -63,7 +63,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
         try:
-            for job, m, ratio in run_plan(bench, plan, starting):
+            print(f"gemmgen bench: building {len({j.config.name for j in plan if j.config})} kernels",
+                  file=sys.stderr, flush=True)
+            builds = build_plan(plan)
+            for job, m, ratio in run_plan(bench, plan, starting, builds):
                 rows.append({
                     "point": job.label, "kernel": m.kernel, "precision": job.precision, "shape": str(job.shape),
                     **({"batch": m.batch} if batch_count > 1 else {}),  # TFLOP/s and GB/s: of every product

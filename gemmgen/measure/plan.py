@@ -8,14 +8,16 @@ gemmgen.selection.suite.suite_plan. :func:`run_plan` measures a plan with a
 a point's ratio is to that cuBLAS timing, else to its triple's cuBLAS row.
 """
 
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.errors import InvalidPoint
+from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.measure.cublaslt import precision_refused
 from gemmgen.measure.outcome import Measured
 
@@ -69,11 +71,31 @@ def point_plan(specs: dict[str, tuple[str, str, dict]], shapes: list[Shape], arc
     return bench_plan(jobs, triples), skipped
 
 
-def run_plan(bench, plan: list[Job], starting: Callable[[int, Job], None] = lambda i, job: None
-             ) -> Iterator[tuple[Job, Measured, float | None]]:
+def build_plan(plan: list[Job], build: Callable | None = None, jobs: int | None = None) -> dict:
+    """Every distinct kernel of ``plan`` compiled at once, ``jobs`` at a time (default: one per CPU;
+    each nvcc is a process of its own): kernel name -> ``build(config)``'s result (default
+    gemmgen.build.nvcc.build_kernel, whose cache keeps them). A kernel whose build raises is left
+    out, so that measuring it builds it again and records why it failed, as without this step."""
+    if build is None:
+        from gemmgen.build.nvcc import build_kernel as build
+    configs = {job.config.name: job.config for job in plan if job.config is not None}
+
+    def attempt(config):
+        try:
+            return build(config)
+        except GemmgenError:
+            return None
+    with ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)) as pool:
+        built = dict(zip(configs, pool.map(attempt, configs.values())))
+    return {name: result for name, result in built.items() if result is not None}
+
+
+def run_plan(bench, plan: list[Job], starting: Callable[[int, Job], None] = lambda i, job: None,
+             builds: dict | None = None) -> Iterator[tuple[Job, Measured, float | None]]:
     """Measures ``plan`` in order with ``bench`` (a Bench with interleave=True): yields each job,
     its Measured and its ratio to cuBLAS (cuBLAS's time over its own, 1.0 = as fast; None where
-    either has no time). ``starting(i, job)`` is called before job ``i`` (from 1) is measured."""
+    either has no time). ``starting(i, job)`` is called before job ``i`` (from 1) is measured.
+    ``builds`` (:func:`build_plan`) gives kernels built already; the others are built as measured."""
     baselines: dict[tuple, float | None] = {}
     for i, job in enumerate(plan, 1):
         starting(i, job)
@@ -81,7 +103,7 @@ def run_plan(bench, plan: list[Job], starting: Callable[[int, Job], None] = lamb
             measured = bench.measure_cublas(job.precision, job.shape, job.variant)
             baselines[job.triple] = measured.tflops
         else:
-            measured = bench.measure_point(job.label, job.config, job.shape)
+            measured = bench.measure_point(job.label, job.config, job.shape, build=(builds or {}).get(job.config.name))
         base = baselines.get(job.triple)
         ratio = measured.baseline_ratio or (measured.tflops / base if measured.tflops and base else None)
         yield job, measured, ratio

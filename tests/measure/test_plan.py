@@ -7,7 +7,7 @@ from gemmgen.describe.points import point_spec
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidPoint
 from gemmgen.measure.outcome import Measured
-from gemmgen.measure.plan import Job, point_plan, run_plan
+from gemmgen.measure.plan import Job, build_plan, point_plan, run_plan
 from gemmgen.measure.timing import Timing
 
 SM80, SM90 = parse_arch("sm_80"), parse_arch("sm_90")
@@ -61,7 +61,8 @@ class StandIn:
     def measure_cublas(self, precision, shape, variant):
         return Measured("cublas", f"cublas_{precision}", precision, shape, "ok", Timing(2.0, 2.0, 2.0, 10))
 
-    def measure_point(self, label, config, shape):
+    def measure_point(self, label, config, shape, build=None):
+        self.builds = getattr(self, "builds", []) + [build]
         return Measured(label, config.name, config.precision, shape, "ok", Timing(4.0, 4.0, 4.0, 10),
                         baseline=Timing(1.0, 1.0, 1.0, 10) if self.interleaved else None)
 
@@ -87,3 +88,38 @@ def test_the_suite_plan_leads_each_entry_with_cublas_in_the_default_variant(tmp_
     assert all(j.label == "cublas" and j.config is None for j in plan[0::2])
     assert [(j.shape, j.precision, j.label, j.config) for j in plan[1::2]] == entries
     assert {j.variant for j in plan} == {Variant()}
+
+
+def test_the_plans_kernels_are_built_at_once_each_once_and_a_failure_is_left_to_the_measurement():
+    """build_plan compiles each distinct kernel once, several at a time; run_plan hands each point
+    its build; a build that raises is left out, so measuring it records the failure as before."""
+    import threading
+    import time
+
+    from gemmgen.errors import GemmgenError
+    plan, _ = point_plan({"v4": point_spec("v4"), "v5": point_spec("v5"), "hopper_fp16": point_spec("hopper_fp16")},
+                         [BIG, Shape(100, 200, 300)], SM90)
+    running, most, calls = [0], [0], []
+    lock = threading.Lock()
+
+    def build(config):
+        with lock:
+            calls.append(config.name)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        if config.family.name == "hopper":
+            raise GemmgenError("nvcc was not found")
+        return f"built {config.name}"
+
+    builds = build_plan(plan, build, jobs=3)
+    names = {job.config.name for job in plan if job.config}
+    assert sorted(calls) == sorted(names) and len(names) == 3  # once each, not once per shape
+    assert most[0] > 1
+    assert builds == {n: f"built {n}" for n in names if not n.startswith("hopper")}
+    bench = StandIn(True)
+    list(run_plan(bench, plan, builds=builds))
+    points = [job for job in plan if job.config]
+    assert bench.builds == [builds.get(job.config.name) for job in points] and None in bench.builds
