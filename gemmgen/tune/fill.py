@@ -12,8 +12,8 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
   layer and their stream-K twins (the hybrid, for whole-tile coop kernels), the ``per_m``
   fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
   multiple of 8, so that a tile count fits the SMs at that M), the stream-K twin of the first
-  whole-tile kernel picked, and, where the first kernel picked leaves its last tile row at most
-  half full, its abox twin (:func:`abox_twin`: A loaded in boxes, those wholly past M skipped).
+  whole-tile kernel picked, and the abox twin of the first kernel picked that leaves its last
+  tile row at most half full (:func:`abox_twin`: A loaded in boxes, those wholly past M skipped).
 - In what order: one token count of each layer in turn, each layer's in the order they were
   taken (a boundary, a midpoint, a drawn count, ...), so that a fill the time limit stops has
   measured every layer alike rather than the first layers' low token counts only.
@@ -97,14 +97,20 @@ def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
         return None
 
 
+ABOX_MIN_BM = 64  # a twin saves at least BM / 2 rows of zero fill per k tile
+ABOX_MAX_ROWS = 8  # ... in one of at most this many tile rows (more, and the thin row is a small share)
+
+
 def abox_twin(config: KernelConfig, m: int) -> KernelConfig | None:
     """``config`` loading A in boxes of abox rows, where its last tile row at M is at most half
     full: abox the least the family allows that covers that row's rows (one box is loaded there,
-    not BM rows of zero fill). None where the family has no ``abox``, abox is set already, the
-    last row is more than half full, or the point is invalid (A stored K x M)."""
+    not BM rows of zero fill). None where the family has no ``abox``, abox is set already, BM is
+    under ABOX_MIN_BM, M takes more than ABOX_MAX_ROWS tile rows, the last row is more than half
+    full, or the point is invalid (A stored K x M)."""
     p = config.params
-    rows = m % p["BM"] if p.get("BM") else 0
-    if p.get("abox", 1) != 0 or not 0 < rows <= p["BM"] // 2:
+    bm = p.get("BM", 0)
+    rows = m % bm if bm >= ABOX_MIN_BM and cdiv(m, bm) <= ABOX_MAX_ROWS else 0
+    if p.get("abox", 1) != 0 or not 0 < rows <= bm // 2:
         return None
     for abox in sorted(config.family.param("abox").choices):
         if abox >= rows and p["BM"] % abox == 0:
@@ -177,8 +183,8 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
             twin = next((t for t in map(stream_k_twin, picked) if t is not None), None)
             if twin is not None and twin.name not in {p.name for p in picked}:
                 picked.append(twin)
-            # the fastest measured kernel loading only A's rows that exist, where its last tile row is thin
-            boxed = abox_twin(picked[0], m) if picked else None
+            # the first kernel picked whose last tile row is thin, loading only A's rows that exist
+            boxed = next((t for t in (abox_twin(c, m) for c in picked) if t is not None), None)
             if boxed is not None and boxed.name not in {p.name for p in picked}:
                 picked.append(boxed)
             plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
@@ -188,8 +194,9 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
 def check_points(plan) -> list[FillPoint]:
     """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
     gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
-    layer, that kernel at the span's first and last token count. Each layer's spans widest first
-    (in log M: the most token counts served on the model's word), the layers interleaved."""
+    layer, that kernel at the span's first and last token count, with its :func:`abox_twin` where
+    its last tile row there is thin. Each layer's spans widest first (in log M: the most token
+    counts served on the model's word), the layers interleaved."""
     per_layer = []
     for layer in plan.layers:
         spans = sorted((s for s in layer.spans if not s.measured),
@@ -197,7 +204,9 @@ def check_points(plan) -> list[FillPoint]:
         points = []
         for span in spans:
             config = plan.kernels[span.kernel]
-            points += [FillPoint(Shape(m, layer.n, layer.k), (config,)) for m in dict.fromkeys((span.m_lo, span.m_hi))]
+            for m in dict.fromkeys((span.m_lo, span.m_hi)):
+                twin = abox_twin(config, m)
+                points.append(FillPoint(Shape(m, layer.n, layer.k), (config,) if twin is None else (config, twin)))
         per_layer.append(points)
     return interleave(per_layer)
 

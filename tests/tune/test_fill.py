@@ -61,7 +61,13 @@ def test_checks_measure_each_choice_resting_on_no_measurement_at_its_ends_widest
     bf16, fp16 = plan.kernels[0].name, plan.kernels[1].name
     assert got == [(4096, 21, bf16), (6144, 1, fp16), (4096, 256, bf16), (6144, 8192, fp16), (4096, 17, fp16),
                    (4096, 20, fp16), (4096, 257, fp16)]
-    assert all(p.shape.k == 4096 and len(p.configs) == 1 for p in checks)
+    assert all(p.shape.k == 4096 for p in checks)
+    # beside the kernel, its abox twin where its last tile row there is at most half full
+    boxed = {(p.shape.n, p.shape.m): p.configs[1].params["abox"] for p in checks if len(p.configs) == 2}
+    assert plan.kernels[0].params["BM"] == plan.kernels[1].params["BM"] == 128
+    assert boxed == {(4096, 21): 32, (6144, 1): 8, (4096, 17): 32, (4096, 20): 32, (4096, 257): 8}
+    assert all(p.configs[1].name == p.configs[0].name.replace("_bf16", f"_ab{boxed[p.shape.n, p.shape.m]}_bf16")
+               .replace("_fp16", f"_ab{boxed[p.shape.n, p.shape.m]}_fp16") for p in checks if len(p.configs) == 2)
 
 
 def test_no_checks_where_every_choice_was_measured():
@@ -84,6 +90,8 @@ def test_the_abox_twin_loads_only_the_rows_a_thin_last_tile_row_has():
     assert abox_twin(config, 128 + 33).params["abox"] == 64
     assert abox_twin(config, 128 + 8).params["abox"] == 8
     assert abox_twin(config, 128 + 65) is None and abox_twin(config, 256) is None
+    assert abox_twin(config, 7 * 128 + 9).params["abox"] == 16 and abox_twin(config, 8 * 128 + 9) is None  # 9 rows
+    assert abox_twin(make_config("hopper", {**base, "BM": 32, "swap": 1, "consumers": 1}, "bf16", arch, nt), 32 + 9) is None
     assert abox_twin(abox_twin(config, 137), 137) is None
     assert abox_twin(make_config("hopper", base, "bf16", arch, Variant(trans="tn")), 137) is None
     assert abox_twin(make_config("mma", {}, "fp16", arch, Variant()), 137) is None
