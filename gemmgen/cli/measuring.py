@@ -63,8 +63,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
         try:
-            print(f"gemmgen bench: building {len({j.config.name for j in plan if j.config})} kernels",
-                  file=sys.stderr, flush=True)
+            kernels = len({job.config.name for job in plan if job.config})
+            if kernels:
+                print(f"gemmgen bench: building {kernels} kernel(s) at once", file=sys.stderr, flush=True)
             builds = build_plan(plan)
             for job, m, ratio in run_plan(bench, plan, starting, builds):
                 rows.append({

@@ -113,7 +113,7 @@ def abox_twin(config: KernelConfig, m: int) -> KernelConfig | None:
     if p.get("abox", 1) != 0 or not 0 < rows <= bm // 2:
         return None
     for abox in sorted(config.family.param("abox").choices):
-        if abox >= rows and p["BM"] % abox == 0:
+        if abox >= rows and bm % abox == 0:
             try:
                 return make_config(config.family, {**p, "abox": abox}, config.precision, config.arch, config.variant)
             except InvalidPoint:
