@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +25,7 @@ from pathlib import Path
 from gemmgen.codegen.render import render_kernel
 from gemmgen.describe.arch import Arch, nvcc_needed
 from gemmgen.describe.config import KernelConfig
-from gemmgen.errors import InvalidParameter, ToolNotFound
+from gemmgen.errors import GemmgenError, InvalidParameter, ToolNotFound
 from gemmgen.paths import cache_dir
 
 DEFAULT_FLAGS = ("-O3",)
@@ -211,6 +213,21 @@ def build_library(source: str, arch: Arch, flags: tuple[str, ...] = DEFAULT_FLAG
 def build_kernel(config: KernelConfig, **kwargs) -> BuildResult:
     """Render ``config`` and compile it; see :func:`build_library`."""
     return build_library(render_kernel(config), config.build_arch, **kwargs)
+
+
+def build_kernels(configs: Iterable[KernelConfig], jobs: int | None = None) -> dict[str, BuildResult | GemmgenError]:
+    """Each of ``configs`` built by :func:`build_kernel`, ``jobs`` at a time (default: one per CPU;
+    threads, each nvcc a process of its own; the cache keeps every result): kernel name -> its
+    BuildResult, or the GemmgenError its build raised (no nvcc, a target nvcc lacks)."""
+    unique = {config.name: config for config in configs}
+
+    def attempt(config: KernelConfig) -> BuildResult | GemmgenError:
+        try:
+            return build_kernel(config)
+        except GemmgenError as err:
+            return err
+    with ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)) as pool:
+        return dict(zip(unique, pool.map(attempt, unique.values())))
 
 
 def kernel_usage(config: KernelConfig, result: BuildResult) -> ResourceUsage | None:

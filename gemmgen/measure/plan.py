@@ -8,16 +8,14 @@ gemmgen.selection.suite.suite_plan. :func:`run_plan` measures a plan with a
 a point's ratio is to that cuBLAS timing, else to its triple's cuBLAS row.
 """
 
-import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.errors import GemmgenError, InvalidPoint
+from gemmgen.errors import InvalidPoint
 from gemmgen.measure.cublaslt import precision_refused
 from gemmgen.measure.outcome import Measured
 
@@ -71,23 +69,14 @@ def point_plan(specs: dict[str, tuple[str, str, dict]], shapes: list[Shape], arc
     return bench_plan(jobs, triples), skipped
 
 
-def build_plan(plan: list[Job], build: Callable | None = None, jobs: int | None = None) -> dict:
-    """Every distinct kernel of ``plan`` compiled at once, ``jobs`` at a time (default: one per CPU;
-    each nvcc is a process of its own): kernel name -> ``build(config)``'s result (default
-    gemmgen.build.nvcc.build_kernel, whose cache keeps them). A kernel whose build raises is left
-    out, so that measuring it builds it again and records why it failed, as without this step."""
-    if build is None:
-        from gemmgen.build.nvcc import build_kernel as build
-    configs = {job.config.name: job.config for job in plan if job.config is not None}
+def build_plan(plan: list[Job], jobs: int | None = None) -> dict:
+    """Every distinct kernel of ``plan`` built at once (gemmgen.build.nvcc.build_kernels, ``jobs``
+    at a time): kernel name -> BuildResult. A kernel whose build raised is left out, so that
+    measuring it builds it again and records why it failed, as without this step."""
+    from gemmgen.build.nvcc import BuildResult, build_kernels
 
-    def attempt(config):
-        try:
-            return build(config)
-        except GemmgenError:
-            return None
-    with ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)) as pool:
-        built = dict(zip(configs, pool.map(attempt, configs.values())))
-    return {name: result for name, result in built.items() if result is not None}
+    built = build_kernels((job.config for job in plan if job.config is not None), jobs)
+    return {name: result for name, result in built.items() if isinstance(result, BuildResult)}
 
 
 def run_plan(bench, plan: list[Job], starting: Callable[[int, Job], None] = lambda i, job: None,

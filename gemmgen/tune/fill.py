@@ -34,18 +34,17 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from gemmgen.build.nvcc import build_kernel
+from gemmgen.build.nvcc import BuildResult, build_kernels
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.families import get_family
 from gemmgen.describe.families.base import cdiv
 from gemmgen.describe.problem import Shape, Variant
-from gemmgen.errors import GemmgenError, InvalidPoint
+from gemmgen.errors import InvalidPoint
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 from gemmgen.tune.space import SearchSpace, load_space
 
@@ -211,25 +210,18 @@ def check_points(plan) -> list[FillPoint]:
     return interleave(per_layer)
 
 
-def _build(config: KernelConfig) -> tuple[str, bool, str]:
-    try:
-        result = build_kernel(config)
-        return config.name, result.ok, "" if result.ok else result.log[-300:]
-    except GemmgenError as err:
-        return config.name, False, str(err)
-
-
 def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
              log: Callable[[str], None]) -> list[tuple[Shape, str, float | None]]:
-    """Builds every kernel of ``plan`` (``jobs`` processes), then measures each point's kernels
+    """Builds every kernel of ``plan`` (``jobs`` at a time), then measures each point's kernels
     with ``bench`` (a gemmgen.measure.bench.Bench that times in alternation with cuBLAS and records),
     starting no point after ``limit_s`` seconds (building included). Returns (shape, kernel, ratio
     to cuBLAS or None)."""
     start = time.monotonic()
-    configs = {c.name: c for p in plan for c in p.configs}
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        failed = [(name, why) for name, ok, why in pool.map(_build, configs.values()) if not ok]
-    for name, why in failed:
+    built = build_kernels((c for p in plan for c in p.configs), max(1, jobs))
+    for name, result in built.items():
+        if isinstance(result, BuildResult) and result.ok:
+            continue
+        why = result.log[-300:] if isinstance(result, BuildResult) else str(result)
         log(f"fill: {name} did not build: {why.splitlines()[-1] if why else ''}")
     out = []
     for i, point in enumerate(plan):
@@ -237,7 +229,9 @@ def run_fill(plan: list[FillPoint], bench, *, jobs: int, limit_s: float | None,
             log(f"fill: stopped after {limit_s:.0f} s, {len(plan) - i} token counts not measured")
             break
         for config in point.configs:
-            result = bench.measure_point("fill", config, point.shape)
+            build = built[config.name]
+            result = bench.measure_point("fill", config, point.shape,
+                                         build=build if isinstance(build, BuildResult) else None)
             out.append((point.shape, config.name, result.baseline_ratio))
             ratio = f"{result.baseline_ratio:.3f} of cuBLAS" if result.baseline_ratio else result.status
             log(f"fill: {point.shape} {config.name}: {ratio}")

@@ -91,7 +91,44 @@ def test_the_abox_twin_loads_only_the_rows_a_thin_last_tile_row_has():
     assert abox_twin(config, 128 + 8).params["abox"] == 8
     assert abox_twin(config, 128 + 65) is None and abox_twin(config, 256) is None
     assert abox_twin(config, 7 * 128 + 9).params["abox"] == 16 and abox_twin(config, 8 * 128 + 9) is None  # 9 rows
-    assert abox_twin(make_config("hopper", {**base, "BM": 32, "swap": 1, "consumers": 1}, "bf16", arch, nt), 32 + 9) is None
+    thin = make_config("hopper", {**base, "BM": 32, "swap": 1, "consumers": 1}, "bf16", arch, nt)
+    assert abox_twin(thin, 32 + 9) is None
     assert abox_twin(abox_twin(config, 137), 137) is None
     assert abox_twin(make_config("hopper", base, "bf16", arch, Variant(trans="tn")), 137) is None
     assert abox_twin(make_config("mma", {}, "fp16", arch, Variant()), 137) is None
+
+
+def test_run_fill_builds_each_kernel_once_logs_failures_and_hands_the_builds_to_the_measurements(monkeypatch):
+    from types import SimpleNamespace
+
+    from gemmgen.build import nvcc
+    from gemmgen.errors import GemmgenError
+    from gemmgen.tune.fill import run_fill
+
+    plan = _plan((4096, [(1, 8192, 0, [])]))
+    good, bad = plan.kernels
+    built = []
+
+    def build(config):
+        built.append(config.name)
+        if config is bad:
+            raise GemmgenError("nvcc was not found\nlook in PATH")
+        return nvcc.BuildResult(True, config.name, "")
+
+    measured = []
+
+    class Bench:
+        def measure_point(self, label, config, shape, build=None):
+            measured.append((config.name, shape.m, build.key if build else None))
+            return SimpleNamespace(baseline_ratio=1.0, status="ok")
+
+    monkeypatch.setattr(nvcc, "build_kernel", build)
+    points = [FillPoint(Shape(m, 4096, 4096), (good, bad)) for m in (100, 200)]
+    lines = []
+    out = run_fill(points, Bench(), jobs=2, limit_s=None, log=lines.append)
+    assert sorted(built) == sorted([good.name, bad.name])  # once each, not once per point
+    assert lines[0] == f"fill: {bad.name} did not build: look in PATH"
+    assert measured == [(good.name, 100, good.name), (bad.name, 100, None), (good.name, 200, good.name),
+                        (bad.name, 200, None)]
+    assert [(s.m, name, ratio) for s, name, ratio in out] == [(100, good.name, 1.0), (100, bad.name, 1.0),
+                                                              (200, good.name, 1.0), (200, bad.name, 1.0)]
