@@ -110,12 +110,15 @@ def _operands(config: KernelConfig) -> list[str]:
     b = f"B ({'N x K' if v.b_transposed else 'K x N'} as stored, box {tma.box_b[1]} x {tma.box_b[0]})"
     tail = ", 128-byte swizzle" + ("; 3-D over the batch (the matrix outermost)" if v.batched else "") + ";"
     first = "operands   : through TMA: the kernel's first {} parameters are tensor maps (CUtensorMap, by"
+    count = ("two", "three", "four")[len(tma.maps) - 2]
+    last = [f"{MORE}and one over A's last tile row: box (M % {tma.box_a[1]}) x {tma.box_a[0]}, so that no load reads",
+            f"{MORE}past M (zeros where M % {tma.box_a[1]} == 0: never read);"] if tma.tail_a else []
     if tma.box_c is None:
-        return [first.format("two"), f"{MORE}value) over {a} and {b}{tail}",
+        return [first.format(count), f"{MORE}value) over {a} and {b}{tail}", *last,
                 f"{MORE}the launcher below builds them (gg_tensor_map). A, B stay in the signature."]
     c_vec = 16 // PRECISIONS[v.out].bytes
-    return [first.format("three"), f"{MORE}value) over {a}, {b} and",
-            f"{MORE}C (M x N {v.out}, box {tma.box_c[1]} x {tma.box_c[0]}){tail}",
+    return [first.format(count), f"{MORE}value) over {a}, {b} and",
+            f"{MORE}C (M x N {v.out}, box {tma.box_c[1]} x {tma.box_c[0]}){tail}", *last,
             f"{MORE}the launcher below builds them (gg_tensor_map). A, B and C stay in the signature.",
             f"{MORE}C is stored through its map only when beta == 0, N % {c_vec} == 0 and C is 16-byte",
             f"{MORE}aligned (gg_tma_stores_c); otherwise the kernel stores C directly and never reads",

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from gemmgen.describe.problem import Variant
 
 WRAP = 116  # characters per line of a wrapped list, its indent included
+# The launcher's slot (gg_maps.map[i], base.cu.j2) of each tensor map a kernel may take (Tma.maps).
+MAP_SLOTS = {"a": 0, "b": 1, "c": 2, "a_tail": 3}
 
 
 @dataclass(frozen=True)
@@ -85,34 +87,35 @@ class LauncherABI:
     ``describe``: those _describe and _workspace_size take (before resident): no alpha, no bias,
     no scales, C read-only.
     ``strided``: (pointer, stride) of each operand a kernel of a strided batch advances to its matrix.
-    ``maps``: how many tensor maps (CUtensorMap) the kernel takes first (0: it loads without TMA).
+    ``maps``: the tensor maps (CUtensorMap) the kernel takes first, by name (Tma.maps; none: it
+    loads without TMA); the launcher holds them in fixed slots (MAP_SLOTS).
     """
 
     fields: Params
     launch: Params
     describe: Params
     strided: tuple[tuple[str, str], ...]
-    maps: int
+    maps: tuple[str, ...]
 
     @property
     def kernel(self) -> Params:
         """The kernel's parameters: its tensor maps, the operands (pointers __restrict__) and the workspace."""
-        maps = (Param("const __grid_constant__ CUtensorMap", f"tma_{x}") for x in "abc"[:self.maps])
+        maps = (Param("const __grid_constant__ CUtensorMap", f"tma_{x}") for x in self.maps)
         return Params((*maps, *map(_restrict, self.launch), Param("const gg_workspace", "ws")))
 
     def kernel_decl(self, indent: int) -> str:
-        """The kernel's parameter declarations in lines of their own: the maps over A and B; the
-        map over C, the sizes and A; B, C, the bias and the workspace (the later lines indented
-        by ``indent``)."""
+        """The kernel's parameter declarations in lines of their own: the tensor maps, two a line;
+        the sizes and A; B, C, the bias and the workspace (the later lines indented by ``indent``)."""
         params = list(self.kernel)
         a_end = max(i for i, p in enumerate(params) if p.name in ("A", "stride_a")) + 1  # A and its stride
-        lines = [params[:2] if self.maps else [], params[2 if self.maps else 0:a_end], params[a_end:]]
+        n = len(self.maps)
+        lines = [*(params[i:min(i + 2, n)] for i in range(0, n, 2)), params[n:a_end], params[a_end:]]
         return (",\n" + " " * indent).join(", ".join(p.decl for p in line) for line in lines if line)
 
     def kernel_args(self, ops: str, maps: str, indent: int = 0) -> str:
-        """The kernel's arguments: the maps ``maps[i]``, the operands as members of ``ops`` (an
-        expression, such as ``p.ops``), and ``ws``."""
-        return wrap([*(f"{maps}[{i}]" for i in range(self.maps)), *(f"{ops}.{p.name}" for p in self.launch), "ws"],
+        """The kernel's arguments: the maps ``maps[slot]`` (MAP_SLOTS), the operands as members of
+        ``ops`` (an expression, such as ``p.ops``), and ``ws``."""
+        return wrap([*(f"{maps}[{MAP_SLOTS[m]}]" for m in self.maps), *(f"{ops}.{p.name}" for p in self.launch), "ws"],
                     indent)
 
     def members(self) -> list[str]:
@@ -146,9 +149,10 @@ BIAS_ONLY = ("bias", "stride_bias")
 SCALED_ONLY = ("scale_a", "scale_b")
 
 
-def launcher_abi(variant: Variant, elem: str, out: str, maps: int = 0, elem_b: str | None = None) -> LauncherABI:
+def launcher_abi(variant: Variant, elem: str, out: str, maps: tuple[str, ...] = (),
+                 elem_b: str | None = None) -> LauncherABI:
     """The parameter lists of ``variant``'s launcher (see LauncherABI); ``maps``: the kernel's
-    tensor maps; ``elem_b``: B's element type where it is not A's ``elem`` (FP8 of two formats)."""
+    tensor maps by name; ``elem_b``: B's element type where it is not A's ``elem`` (FP8 of two formats)."""
     stride = "long long"
     fields = Params((  # gg_operands' order: by type
         Param("int", "M"), Param("int", "N"), Param("int", "K"), Param("int", "batch", "1"),

@@ -80,7 +80,7 @@ def render_kernel(config: KernelConfig, harness: bool = False, untrimmed: bool =
     source = template.render(
         header=header_lines(config, harness),
         abi=launcher_abi(config.variant, config.element_type, config.output_type,
-                         maps=(2 + (g.tma.box_c is not None)) if g.tma else 0, elem_b=config.element_type_b),
+                         maps=g.tma.maps if g.tma else (), elem_b=config.element_type_b),
         name=config.name,
         p=config.params,
         d=config.derived,

@@ -289,9 +289,10 @@ def test_fp8_of_two_formats_types_each_operand_its_own(precision, swap, instruct
                          ids=["coop", "pingpong"])
 def test_tma_store_epilogue_and_its_map(params):
     source = render_kernel(make_config("hopper", params, "fp16", "sm_90"))
-    # the third map, in the kernel, the launch and the header
-    assert "const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, int M" in source
-    assert "p.maps.map[0], p.maps.map[1], p.maps.map[2], p.ops.M, p.ops.N, p.ops.K" in source
+    # the third map (and the fourth, over A's last tile row), in the kernel, the launch and the header
+    assert ("const __grid_constant__ CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_c, "
+            "const __grid_constant__ CUtensorMap tma_a_tail,\n    int M") in source
+    assert "p.maps.map[0], p.maps.map[1], p.maps.map[2], p.maps.map[3], p.ops.M, p.ops.N, p.ops.K" in source
     assert "C (M x N fp32, box 16 x 32), 128-byte swizzle" in source
     # the kernel and the launcher decide by one rule; the launcher passes zeros where it fails
     # one rule for the kernel and the launcher
@@ -696,7 +697,33 @@ def test_a_in_row_boxes_loads_only_those_holding_a_row_before_m(precision, param
     assert whole.derived["A_LOADS"] == 1 and whole.geometry.tma.box_a == (d["BK"], params["BM"])
     plain = render_kernel(whole)
     assert "hp_a_boxes(" not in plain and "HP_A_BOX_M =" not in plain
-    assert re.search(r"const unsigned stage_bytes =\s+STAGE_BYTES;", plain)
+    # abox and the map over the last tile row are two answers to one question: a kernel has one
+    assert not c.geometry.tma.tail_a and "tma_a_tail" not in source and whole.geometry.tma.tail_a
+
+
+@pytest.mark.parametrize("precision, params, trans", [
+    ("fp16", {}, "nn"), ("bf16", {"BN": 128, "stages": 6, "schedule": "pingpong"}, "nt"),
+    ("e4m3", {"BM": 128, "BN": 64, "stages": 6, "cluster": 2}, "nt"), ("fp16", {"BM": 64, "swap": 1}, "nt"),
+    ("tf32", {"BM": 128, "BN": 128, "stages": 4}, "nn")])
+def test_a_partial_last_tile_row_loads_through_a_map_of_its_rows(precision, params, trans):
+    """A stored M x K in one box per tile: the launcher builds a fourth map over A whose box is M % BM
+    rows (zeros where M % BM == 0), the kernel loads the last tile row through it and expects only
+    its rows' bytes, and loads no A at all for a cluster's tile row wholly past M."""
+    c = make_config("hopper", {**DEFAULT, **params, "trans": trans}, precision, "sm_90")
+    tma, bm = c.geometry.tma, c.params["BM"]
+    assert tma.tail_a and tma.maps[-1] == "a_tail" and tma.box_a == (c.derived["BK"], bm)
+    source = render_kernel(c)
+    assert "const __grid_constant__ CUtensorMap tma_a_tail," in source and ", p.maps.map[3], p.ops.M," in source
+    assert f"if (o.M % {bm} == 0)\n        memset(&maps.map[3], 0, sizeof(maps.map[3]));" in source
+    assert re.search(rf"err = gg_tensor_map\(&maps\.map\[3\], type, sizeof\({c.element_type}\), .*\n.*\n\s+"
+                     rf"o\.M % {bm}, {c.derived['BK']}, a_mats, a_step\);", source)
+    assert "const int a_rows = max(0, min(BM, M - tm * BM));" in source
+    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(unsigned\)\(BM - a_rows\) \* \(A_BYTES / BM\);", source)
+    assert "if (a_rows > 0) {\n                        hp_load(a_dst, a_rows < BM ? map_a_tail : &tma_a," in source
+    assert f"and one over A's last tile row: box (M % {bm}) x {c.derived['BK']}" in source  # the header
+    # A stored K x M arrives in column boxes already: no such map
+    tn = make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90")
+    assert not tn.geometry.tma.tail_a and "tma_a_tail" not in render_kernel(tn)
 
 
 @pytest.mark.parametrize("params, trans, expected", [
@@ -736,7 +763,7 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert "gg_pack_rows<8>(reinterpret_cast<__half*>(ws), A, GG_A_T ? K : M, GG_A_T ? M : K);" in source
     nn = render_kernel(make_config("hopper", DEFAULT, "fp16", "sm_90"))
     assert "HP_A_T" not in nn and "HP_A_LOADS" not in nn
-    assert "hp_load(a_dst, &tma_a, kt * BK, tm * BM, za, bar);" in nn
+    assert "hp_load(a_dst, a_rows < BM ? map_a_tail : &tma_a, kt * BK, tm * BM, za, bar);" in nn
     assert "constexpr bool GG_A_T = false;" in nn and "over A (M x K, box 128 x 64)" in nn
     assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+128, 64,", nn)
 

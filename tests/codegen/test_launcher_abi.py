@@ -55,7 +55,7 @@ def test_operands_hold_one_product_and_no_bias_where_the_launcher_takes_neither(
 
 
 def test_the_kernel_takes_its_maps_first_restricted_operands_and_the_workspace_last():
-    abi = launcher_abi(BATCHED_BIAS, "E", "O", maps=3)
+    abi = launcher_abi(BATCHED_BIAS, "E", "O", maps=("a", "b", "c"))
     decl = abi.kernel.decl()
     assert decl.startswith("const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, "
                            "const __grid_constant__ CUtensorMap tma_c, int M, ")
@@ -63,6 +63,11 @@ def test_the_kernel_takes_its_maps_first_restricted_operands_and_the_workspace_l
     assert decl.endswith(", const gg_workspace ws")
     assert abi.strided == (("A", "stride_a"), ("B", "stride_b"), ("C", "stride_c"), ("bias", "stride_bias"))
     assert abi.kernel_args("p.ops", "p.maps.map").startswith("p.maps.map[0], p.maps.map[1], p.maps.map[2], p.ops.M, ")
+    # each map from its fixed slot, whichever the kernel takes
+    swapped = launcher_abi(BATCHED_BIAS, "E", "O", maps=("a", "b", "a_tail"))
+    assert swapped.kernel_args("p.ops", "p.maps.map").startswith("p.maps.map[0], p.maps.map[1], p.maps.map[3], p.ops.M, ")
+    assert swapped.kernel_decl(4).startswith("const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ "
+                                             "CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_a_tail,\n")
     assert launcher_abi(BIAS, "E", "O").strided == ()
 
 

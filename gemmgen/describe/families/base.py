@@ -51,11 +51,22 @@ class Tma:
 
     With ``box_c``, the kernel may also store C through TMA and takes a third map, over C (fp32,
     M x N), with that box; the launcher and the kernel decide when by one rule
-    (gg_tma_stores_c in common.cuh.j2)."""
+    (gg_tma_stores_c in common.cuh.j2).
+
+    With ``tail_a`` (A stored M x K, one box per tile), the kernel also takes a map over A whose box
+    is the rows of the last tile row (M % box rows; zeros where M is a multiple), so that no load of
+    A reaches past M: a box partly outside the matrix loads far slower than a whole one
+    (docs/problems.md)."""
 
     box_a: tuple[int, int]
     box_b: tuple[int, int]
     box_c: tuple[int, int] | None = None
+    tail_a: bool = False
+
+    @property
+    def maps(self) -> tuple[str, ...]:
+        """The kernel's tensor-map parameters, in order: ``tma_<name>`` for each name."""
+        return ("a", "b") + (("c",) if self.box_c is not None else ()) + (("a_tail",) if self.tail_a else ())
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,7 @@ def derive(p, precision, variant):
         "geometry": Geometry((128 * (p["consumers"] + 1), 1, 1), tile_m=p["BM"], tile_n=p["BN"], smem_bytes=smem,
                              pack_vec=16 // esize, persistent=True, cluster=p["cluster"],
                              tma=Tma(box_a=(bk, bk) if a_t else (bk, a_box_m), box_b=(bk, b_box_n) if b_t else (bk, bk),
-                                     box_c=None if swap else c_box),
+                                     box_c=None if swap else c_box, tail_a=not a_t and not p["abox"]),
                              stream_k=p["streamk"] == 1),
         "BK": bk,
         "ESIZE": esize,
