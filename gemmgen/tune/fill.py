@@ -11,9 +11,8 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
 - What: at each, the ``per_m`` kernels the model predicts fastest among those measured on the
   layer and their stream-K twins (the hybrid, for whole-tile coop kernels), the ``per_m``
   fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
-  multiple of 8, so that a tile count fits the SMs at that M), the stream-K twin of the first
-  whole-tile kernel picked, and the abox twin of the first kernel picked that leaves its last
-  tile row at most half full (:func:`abox_twin`: A loaded in boxes, those wholly past M skipped).
+  multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the
+  first whole-tile kernel picked.
 - In what order: one token count of each layer in turn, each layer's in the order they were
   taken (a boundary, a midpoint, a drawn count, ...), so that a fill the time limit stops has
   measured every layer alike rather than the first layers' low token counts only.
@@ -25,7 +24,8 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
   last count of its span (:func:`check_points`), the dispatcher planned again, and so on, for at
   most CHECK_ROUNDS rounds or until every span rests on a measurement. On an H200 a kernel
   measured at 128 tokens only (26 us) served 129-256 and took 62-68 us at 137-156: its second tile
-  row was nearly empty, which the model's base does not price (docs/problems.md).
+  row was nearly empty (since fixed in the kernel, docs/problems.md), which the model's base did
+  not price.
 - Time: with a limit, the first EXPLORE_SHARE of it for the points above, the rest for checks.
 """
 
@@ -96,30 +96,6 @@ def stream_k_twin(config: KernelConfig) -> KernelConfig | None:
         return None
 
 
-ABOX_MIN_BM = 64  # a twin saves at least BM / 2 rows of zero fill per k tile
-ABOX_MAX_ROWS = 8  # ... in one of at most this many tile rows (more, and the thin row is a small share)
-
-
-def abox_twin(config: KernelConfig, m: int) -> KernelConfig | None:
-    """``config`` loading A in boxes of abox rows, where its last tile row at M is at most half
-    full: abox the least the family allows that covers that row's rows (one box is loaded there,
-    not BM rows of zero fill). None where the family has no ``abox``, abox is set already, BM is
-    under ABOX_MIN_BM, M takes more than ABOX_MAX_ROWS tile rows, the last row is more than half
-    full, or the point is invalid (A stored K x M)."""
-    p = config.params
-    bm = p.get("BM", 0)
-    rows = m % bm if bm >= ABOX_MIN_BM and cdiv(m, bm) <= ABOX_MAX_ROWS else 0
-    if p.get("abox", 1) != 0 or not 0 < rows <= bm // 2:
-        return None
-    for abox in sorted(config.family.param("abox").choices):
-        if abox >= rows and bm % abox == 0:
-            try:
-                return make_config(config.family, {**p, "abox": abox}, config.precision, config.arch, config.variant)
-            except InvalidPoint:
-                return None
-    return None
-
-
 def fill_counts(model: TimeModel, layer_kernels: list[KernelConfig], n: int, k: int, listed: list[int],
                 points: int, seed: int) -> list[int]:
     """The token counts to measure on layer N x K (see the module), at most ``points``, in the order
@@ -182,10 +158,6 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
             twin = next((t for t in map(stream_k_twin, picked) if t is not None), None)
             if twin is not None and twin.name not in {p.name for p in picked}:
                 picked.append(twin)
-            # the first kernel picked whose last tile row is thin, loading only A's rows that exist
-            boxed = next((t for t in (abox_twin(c, m) for c in picked) if t is not None), None)
-            if boxed is not None and boxed.name not in {p.name for p in picked}:
-                picked.append(boxed)
             plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
     return interleave(per_layer)
 
@@ -193,8 +165,7 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
 def check_points(plan) -> list[FillPoint]:
     """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
     gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
-    layer, that kernel at the span's first and last token count, with its :func:`abox_twin` where
-    its last tile row there is thin. Each layer's spans widest first (in log M: the most token
+    layer, that kernel at the span's first and last token count. Each layer's spans widest first (in log M: the most token
     counts served on the model's word), the layers interleaved."""
     per_layer = []
     for layer in plan.layers:
@@ -203,9 +174,7 @@ def check_points(plan) -> list[FillPoint]:
         points = []
         for span in spans:
             config = plan.kernels[span.kernel]
-            for m in dict.fromkeys((span.m_lo, span.m_hi)):
-                twin = abox_twin(config, m)
-                points.append(FillPoint(Shape(m, layer.n, layer.k), (config,) if twin is None else (config, twin)))
+            points += [FillPoint(Shape(m, layer.n, layer.k), (config,)) for m in dict.fromkeys((span.m_lo, span.m_hi))]
         per_layer.append(points)
     return interleave(per_layer)
 

@@ -62,40 +62,11 @@ def test_checks_measure_each_choice_resting_on_no_measurement_at_its_ends_widest
     assert got == [(4096, 21, bf16), (6144, 1, fp16), (4096, 256, bf16), (6144, 8192, fp16), (4096, 17, fp16),
                    (4096, 20, fp16), (4096, 257, fp16)]
     assert all(p.shape.k == 4096 for p in checks)
-    # beside the kernel, its abox twin where its last tile row there is at most half full
-    boxed = {(p.shape.n, p.shape.m): p.configs[1].params["abox"] for p in checks if len(p.configs) == 2}
-    assert plan.kernels[0].params["BM"] == plan.kernels[1].params["BM"] == 128
-    assert boxed == {(4096, 21): 32, (6144, 1): 8, (4096, 17): 32, (4096, 20): 32, (4096, 257): 8}
-    assert all(p.configs[1].name == p.configs[0].name.replace("_bf16", f"_ab{boxed[p.shape.n, p.shape.m]}_bf16")
-               .replace("_fp16", f"_ab{boxed[p.shape.n, p.shape.m]}_fp16") for p in checks if len(p.configs) == 2)
+    assert all(len(p.configs) == 1 for p in checks)  # the kernel alone
 
 
 def test_no_checks_where_every_choice_was_measured():
     assert check_points(_plan((4096, [(1, 100, 0, [1, 100]), (101, 8192, 1, [4096])]))) == []
-
-
-def test_the_abox_twin_loads_only_the_rows_a_thin_last_tile_row_has():
-    """At 137 tokens a 128-row tile's second row holds 9 rows: the twin loads A in boxes of 16
-    (the least allowed value covering 9 that divides 128); where that row is more than half full,
-    the tile is already boxed, or A is stored K x M, there is no twin."""
-    from gemmgen.describe.arch import parse_arch
-    from gemmgen.describe.config import make_config
-    from gemmgen.describe.problem import Variant
-    from gemmgen.tune.fill import abox_twin
-
-    arch, nt = parse_arch("sm_90"), Variant(trans="nt", out="bf16")
-    base = {"BM": 128, "BN": 64, "consumers": 2, "stages": 6}
-    config = make_config("hopper", base, "bf16", arch, nt)
-    assert abox_twin(config, 137).params["abox"] == 16
-    assert abox_twin(config, 128 + 33).params["abox"] == 64
-    assert abox_twin(config, 128 + 8).params["abox"] == 8
-    assert abox_twin(config, 128 + 65) is None and abox_twin(config, 256) is None
-    assert abox_twin(config, 7 * 128 + 9).params["abox"] == 16 and abox_twin(config, 8 * 128 + 9) is None  # 9 rows
-    thin = make_config("hopper", {**base, "BM": 32, "swap": 1, "consumers": 1}, "bf16", arch, nt)
-    assert abox_twin(thin, 32 + 9) is None
-    assert abox_twin(abox_twin(config, 137), 137) is None
-    assert abox_twin(make_config("hopper", base, "bf16", arch, Variant(trans="tn")), 137) is None
-    assert abox_twin(make_config("mma", {}, "fp16", arch, Variant()), 137) is None
 
 
 def test_run_fill_builds_each_kernel_once_logs_failures_and_hands_the_builds_to_the_measurements(monkeypatch):

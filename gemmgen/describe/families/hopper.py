@@ -81,11 +81,15 @@ like a misaligned one (once where its stride is 0); strides smaller than a matri
 overlap) are read in place, as the driver encodes them. C whose stride is not 16-byte multiples
 is stored directly (the kernel's and the launcher's one rule, gg_tma_stores_c).
 
-With ``abox`` (A stored M x K) the A tile arrives in BM / abox boxes of abox rows, and the
-producer loads only those that start before M (expecting only their bytes), so a last tile row
-that M barely enters moves no zero fill: on an H200 a 128 x 64 tile took 62.6 us at 137 x 4096 x
-14336 against 31.4 us at 256 tokens, with the same blocks and bytes (docs/problems.md). The rows
-of a box not loaded keep what the stage held; they reach only rows of C past M, never stored.
+A stored M x K arrives in one box of BM rows per tile, except in the last tile row where M ends
+inside it: that row loads through a second map over A whose box is M % BM rows (the launcher
+builds it per launch), expecting only those bytes, so that no load reaches past M. A box partly
+past M loaded far slower than a whole one: on an H100 a 128 x 64 FP8 tile took 58.5 us at 137 x
+4096 x 14336 against 34.7 us at 256 rows, with the same blocks; through the tail map, 34.6 us
+(docs/problems.md). The rows of the stage it does not fill keep what they held; they reach only
+rows of C past M, never stored. With ``abox`` the A tile arrives instead in BM / abox boxes of abox
+rows, those wholly past M not loaded: an earlier answer to the same slowdown, slower than the tail
+map at every M measured (many small boxes cost), kept for comparison and out of the tuner's space.
 
 Where the rows of A or B as stored are not 16-byte aligned (rows of K, N or, for A stored K x M,
 M elements that are not a multiple of 16 bytes, or a misaligned pointer), the launch packs that
@@ -326,9 +330,9 @@ FAMILY = Family(
                                        "fp32; 0 lets the tensor cores accumulate all of K in their own precision "
                                        "(fast accumulation); 16-bit types: 0"),
         Param("abox", (0, 8, 16, 32, 64, 128), "rows of A (stored M x K) per TMA box: the tile's rows arrive as "
-                                               "BM/abox boxes and the boxes wholly past M are not loaded, so a "
-                                               "last tile row that is nearly empty moves no zero fill; 0: one box "
-                                               "of BM rows"),
+                                               "BM/abox boxes, those wholly past M not loaded; 0: one box of BM "
+                                               "rows, a partial last tile row through a map of its own rows "
+                                               "(faster at every M measured)"),
     ),
     defaults={"BM": 128, "BN": 256, "consumers": 2, "stages": 4, "swizzle": 1, "schedule": "coop", "cluster": 1,
               "streamk": 0, "overlap": 0, "swap": 0, "promote": 0, "abox": 0},
