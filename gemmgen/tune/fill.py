@@ -165,8 +165,8 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
 def check_points(plan) -> list[FillPoint]:
     """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
     gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
-    layer, that kernel at the span's first and last token count. Each layer's spans widest first (in log M: the most token
-    counts served on the model's word), the layers interleaved."""
+    layer, that kernel at the span's first and last token count. Each layer's spans widest first
+    (in log M: the most token counts served on the model's word), the layers interleaved."""
     per_layer = []
     for layer in plan.layers:
         spans = sorted((s for s in layer.spans if not s.measured),
@@ -174,7 +174,8 @@ def check_points(plan) -> list[FillPoint]:
         points = []
         for span in spans:
             config = plan.kernels[span.kernel]
-            points += [FillPoint(Shape(m, layer.n, layer.k), (config,)) for m in dict.fromkeys((span.m_lo, span.m_hi))]
+            ends = dict.fromkeys((span.m_lo, span.m_hi))
+            points += [FillPoint(Shape(m, layer.n, layer.k), (config,)) for m in ends]
         per_layer.append(points)
     return interleave(per_layer)
 

@@ -65,9 +65,11 @@ def test_the_kernel_takes_its_maps_first_restricted_operands_and_the_workspace_l
     assert abi.kernel_args("p.ops", "p.maps.map").startswith("p.maps.map[0], p.maps.map[1], p.maps.map[2], p.ops.M, ")
     # each map from its fixed slot, whichever the kernel takes
     swapped = launcher_abi(BATCHED_BIAS, "E", "O", maps=("a", "b", "a_tail"))
-    assert swapped.kernel_args("p.ops", "p.maps.map").startswith("p.maps.map[0], p.maps.map[1], p.maps.map[3], p.ops.M, ")
-    assert swapped.kernel_decl(4).startswith("const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ "
-                                             "CUtensorMap tma_b,\n    const __grid_constant__ CUtensorMap tma_a_tail,\n")
+    args = swapped.kernel_args("p.ops", "p.maps.map")
+    assert args.startswith("p.maps.map[0], p.maps.map[1], p.maps.map[3], p.ops.M, ")
+    assert swapped.kernel_decl(4).startswith(
+        "const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,\n"
+        "    const __grid_constant__ CUtensorMap tma_a_tail,\n")
     assert launcher_abi(BIAS, "E", "O").strided == ()
 
 

@@ -123,7 +123,8 @@ def test_every_kernel_takes_a_workspace_and_the_launcher_passes_one(point):
         assert ("out.grid[0] = (unsigned)grid_x, out.grid[1] = (unsigned)grid_y, "
                 "out.grid[2] = (unsigned)(o.batch * gg_kernel::split_k);") in source
     assert re.search(r"<<<dim3\(p\.info\.grid\[0\], p\.info\.grid\[1\], p\.info\.grid\[2\]\), [^;]*>>>\( "
-                     r"(?:p\.maps\.map\[0\], p\.maps\.map\[1\], (?:p\.maps\.map\[2\], )?(?:p\.maps\.map\[3\], )?)?p\.ops\.M, p\.ops\.N, "
+                     r"(?:p\.maps\.map\[0\], p\.maps\.map\[1\], (?:p\.maps\.map\[2\], )?(?:p\.maps\.map\[3\], )?)?"
+                     r"p\.ops\.M, p\.ops\.N, "
                      r"p\.ops\.K, p\.ops\.alpha, p\.ops\.A, p\.ops\.B, p\.ops\.beta, p\.ops\.C, "
                      r"(?:p\.ops\.scale_a, p\.ops\.scale_b, )?ws\);", source)
     assert ("gg_splitk_needs(grid_x * grid_y * o.batch" in source) == (config.geometry.split_k > 1)
