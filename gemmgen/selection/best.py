@@ -16,6 +16,12 @@ at a shape is more than ERROR_BOUND times cuBLAS's there (the same inputs, the c
 in time) ranks after every kernel within it, whatever their speeds; a dispatcher takes it only
 where none within it was measured (gemmgen.selection.dispatch.select). The other precisions
 accumulate in fp32 and are ranked by speed alone.
+
+A kernel is judged by its newest build: where a kernel was measured at a shape (on a device, at a
+batch count) by builds of different source, only the rows of the build measured last count there
+(``stored_rows``). A template change can change a kernel's speed at some shapes and not others
+(A's partial last tile row, 2026-12-07: 58 us to 35 us at 137 tokens, nothing at 256); the old
+build's rows stand where the new one was not measured, and never blend with the new where it was.
 """
 
 import math
@@ -99,6 +105,24 @@ def within_error(precision: str, ratio: float | None) -> bool:
     return not (PRECISIONS[precision].fp8 and ratio is not None and ratio > ERROR_BOUND)
 
 
+def newest_builds(rows) -> list:
+    """``rows`` (ResultRows) without those of a kernel's older builds at a shape where a newer one
+    was measured: per kernel, arch, device, batch count and shape, the rows of the build whose
+    latest measurement is the latest there (see the module). Order kept."""
+    latest: dict[tuple, tuple[str, str]] = {}
+    for r in rows:
+        key = (r.kernel, r.arch, r.device, r.batch_count, r.M, r.N, r.K)
+        if key not in latest or r.created_at > latest[key][0]:
+            latest[key] = (r.created_at, r.build)
+    return [r for r in rows if latest[r.kernel, r.arch, r.device, r.batch_count, r.M, r.N, r.K][1] == r.build]
+
+
+def stored_rows(db, **filters) -> list:
+    """``db.results(**filters)`` as the policy reads them: the newest build of each kernel at each
+    shape (``newest_builds``)."""
+    return newest_builds(db.results(**filters))
+
+
 def paired_baselines(rows) -> list[tuple]:
     """(row, cuBLAS's TFLOP/s nearest in time, cuBLAS's median TFLOP/s there) for each timed
     kernel row of ``rows`` (results of one precision and variant) that has a cuBLAS row at its
@@ -122,8 +146,8 @@ def ranked(db, precision: str, shape: Shape, arch: Arch, family: str | None = No
     compute another product and are never among them. ``batch_count``: only measurements of
     that many products per launch (None: every count, each against cuBLAS's of its count). FP8
     kernels over ERROR_BOUND times cuBLAS's error rank after the others (see the module)."""
-    rows = db.results(precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
-                      batch_count=batch_count)
+    rows = stored_rows(db, precision=precision, shape=(shape.m, shape.n, shape.k), status="ok", variant=variant,
+                       batch_count=batch_count)
     cublas = _baselines(rows)
     errors = error_ratios(rows)
     ratios, fastest, families, runs, devices = defaultdict(list), {}, {}, defaultdict(int), defaultdict(set)

@@ -267,6 +267,7 @@ class ResultRow:
     created_at: str
     batch_count: int = 1  # products per launch (the strided batch's count; 1 where not batched)
     sm_count: int = 0  # the device's streaming multiprocessors
+    build: str = ""  # the kernel's source hash: which build of the kernel was measured ("" for cuBLAS)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -285,7 +286,7 @@ _SORT_COLUMNS = {
     "max_ms": Measurement.max_ms, "tflops": Measurement.tflops, "rel_error": Measurement.rel_error,
     "registers": Measurement.registers, "smem_bytes": Measurement.smem_bytes,
     "spill_bytes": Measurement.spill_bytes, "message": Measurement.message, "tag": Measurement.tag,
-    "created_at": Measurement.created_at,
+    "created_at": Measurement.created_at, "build": Kernel.source_hash,
 }
 SORT_KEYS = tuple(_SORT_COLUMNS)
 
@@ -312,7 +313,7 @@ _ROW_COLUMNS = (Measurement.id, Kernel.name, Kernel.family, Kernel.precision, Ke
                 Measurement.status, Measurement.median_ms, Measurement.min_ms, Measurement.max_ms,
                 Measurement.runs, Measurement.tflops, Measurement.rel_error, Measurement.registers,
                 Measurement.smem_bytes, Measurement.spill_bytes, Measurement.message, Measurement.tag,
-                Measurement.created_at)
+                Measurement.created_at, Kernel.source_hash)
 
 
 def _row(version: int, values) -> ResultRow:
@@ -321,7 +322,7 @@ def _row(version: int, values) -> ResultRow:
     it has one. A key without a column is read from the name, which is what the columns always hold."""
     (mid, name, family, precision, arch, params, device, sm_count, M, N, K, alpha, beta, status, median_ms,
      min_ms, max_ms, runs, tflops, rel_error, registers, smem_bytes, spill_bytes, message, tag,
-     created_at, *extra) = values
+     created_at, source_hash, *extra) = values
     columns = _variant_columns(version)
     variant = dict(zip(columns, extra))
     if len(columns) < len(VARIANT_KEYS):
@@ -334,7 +335,8 @@ def _row(version: int, values) -> ResultRow:
         device=device, sm_count=sm_count, M=M, N=N, K=K, alpha=alpha, beta=beta, status=status,
         median_ms=median_ms, min_ms=min_ms, max_ms=max_ms, runs=runs, tflops=tflops, rel_error=rel_error,
         registers=registers, smem_bytes=smem_bytes, spill_bytes=spill_bytes,
-        params=dict(params or {}), message=message or "", tag=tag, created_at=_iso_utc(created_at))
+        params=dict(params or {}), message=message or "", tag=tag, created_at=_iso_utc(created_at),
+        build=source_hash or "")
 
 
 def _opt(kind, value):

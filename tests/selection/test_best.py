@@ -122,3 +122,44 @@ def test_an_fp8_kernel_over_the_error_bound_ranks_after_those_within_it(db):
     store(db, "hopper_128x128_c2_s6_g8_fp16", "hopper", "fp16", shape, 690.0, rel_error=1.08e-3)
     assert [r.kernel for r in ranked(db, "fp16", shape, SM90)] == ["hopper_128x256_c2_s4_g8_fp16",
                                                                     "hopper_128x128_c2_s6_g8_fp16"]
+
+
+def test_a_kernels_newest_build_replaces_its_older_builds_where_both_were_measured(db):
+    """A kernel rebuilt from changed source (a new source hash) and measured again at a shape is
+    judged there by the new build's rows alone; at a shape only the old build was measured at, the
+    old rows stand. cuBLAS's rows are untouched."""
+    from gemmgen.selection.best import newest_builds, stored_rows
+    from gemmgen.selection.dispatch.model import stored_samples
+
+    thin, full = Shape(137, 4096, 4096), Shape(256, 4096, 4096)
+    name = "hopper_128x64_c2_s6_fp16"
+    device = db.device(name="H100", arch="sm_90", sm_count=132, clock_mhz=1980, memory_clock_mhz=2619,
+                       driver_version="580", cuda_version="13.0")
+    builds = {b: db.kernel(name=name, family="hopper", precision="fp16", arch="sm_90", params={}, source_hash=b)
+              for b in ("old", "new")}
+
+    def measure(build, shape, tflops, second):
+        problem = db.problem(shape.m, shape.n, shape.k, 1.0, 0.0)
+        dated(db, db.record(kernel_id=builds[build], device_id=device, problem_id=problem, status="ok",
+                            tflops=tflops, median_ms=1.0), second)
+
+    for n, shape in enumerate((thin, full)):
+        dated(db, store(db, "cublas_fp16", "cublas", "fp16", shape, 100.0), n)
+    measure("old", thin, 50.0, 1)  # the old build's slow partial tile row
+    measure("old", thin, 52.0, 2)
+    measure("old", full, 95.0, 3)
+    measure("new", thin, 90.0, 10)  # rebuilt, measured again at the thin shape only
+    rows = db.results(precision="fp16", status="ok")
+    kept = newest_builds(rows)
+    assert sorted((r.M, r.build, r.tflops) for r in kept if r.family != "cublas") == [(137, "new", 90.0),
+                                                                                      (256, "old", 95.0)]
+    assert sum(r.family == "cublas" for r in kept) == 2 and [r.build for r in rows if r.family == "cublas"] == ["", ""]
+    assert [r.measurement_id for r in stored_rows(db, precision="fp16", status="ok")] == [r.measurement_id for r in kept]
+    [top] = ranked(db, "fp16", thin, SM90)
+    assert (top.kernel, top.score, top.runs) == (name, pytest.approx(0.9), 1)  # not the median of 50, 52 and 90
+    samples, _, _, _ = stored_samples(db, "fp16", SM90)
+    assert sorted(s.shape.m for s in samples) == [137, 256]
+    # a newer measurement of the old build makes it the newest there again
+    measure("old", thin, 51.0, 20)
+    assert sorted(r.tflops for r in newest_builds(db.results(precision="fp16", status="ok", shape=(137, 4096, 4096)))
+                  if r.family != "cublas") == [50.0, 51.0, 52.0]

@@ -51,7 +51,7 @@ from gemmgen.describe.points import point_spec
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidPoint
 from gemmgen.measure.outcome import CUT_PREFIX
-from gemmgen.selection.best import paired_baselines
+from gemmgen.selection.best import paired_baselines, stored_rows
 
 TENSOR_TFLOPS = {"fp16": 989.0, "bf16": 989.0, "tf32": 495.0, "fp32": 67.0, "e4m3": 1979.0, "e4m3e5m2": 1979.0,
                  "e5m2e4m3": 1979.0}  # dense peak, H100 SXM
@@ -392,7 +392,7 @@ def stored_samples(db, precision: str, arch: Arch, variant: Variant = Variant(),
     (``device``, or the one with the most), drift-normalized (see the module); with each kernel's
     config (kernels no longer buildable are left out), that device's SM count and name. Raises
     GemmgenError where there are none."""
-    rows = db.results(precision=precision, status="ok", variant=variant, batch_count=batch_count)
+    rows = stored_rows(db, precision=precision, status="ok", variant=variant, batch_count=batch_count)
     pairs = paired_baselines(rows)
     counts = defaultdict(int)
     for r, _, _ in pairs:

@@ -46,7 +46,7 @@ from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.points import point_spec
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError, InvalidPoint
-from gemmgen.selection.best import ERROR_BOUND, error_ratios, wanted, within_error
+from gemmgen.selection.best import ERROR_BOUND, error_ratios, stored_rows, wanted, within_error
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 
 SHARE_WITHIN = 0.01  # a token count takes a kernel another uses if it is predicted within 1% of its fastest
@@ -116,7 +116,7 @@ def _worst_errors(db, precision: str, variant: Variant, batch_count: int | None)
     (gemmgen.selection.best.error_ratios over the stored rows); empty for the other precisions."""
     worst = defaultdict(float)
     if PRECISIONS[precision].fp8:
-        rows = db.results(precision=precision, status="ok", variant=variant, batch_count=batch_count)
+        rows = stored_rows(db, precision=precision, status="ok", variant=variant, batch_count=batch_count)
         for (name, _, n, k), ratio in error_ratios(rows).items():
             worst[name, n, k] = max(worst[name, n, k], ratio)
     return worst
