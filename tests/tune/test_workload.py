@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import signal
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -274,11 +275,15 @@ STUDY = "wmma-bf16-sm_90-{}"  # wmma has no named point in bf16: a study's first
 
 class Bench(FakeBench):
     """FakeBench with what tune.devices asks of a bench besides; ``interrupt_at``: (shape, n): at
-    the n-th trial measured at that shape, this process gets SIGINT, as from Ctrl-C."""
+    the n-th trial measured at that shape, this process gets SIGINT, as from Ctrl-C, and that
+    measurement ends once the tuner's handler has run (``stopped``): the fake's measurements take
+    no time, and on a loaded machine the GPU thread measured the queued trials before the main
+    thread ran the handler (a CI run, 2026-12-07), which a real measurement's milliseconds prevent."""
 
     made: list = []
     counts: dict = {}
     interrupt_at = None
+    stopped = threading.Event()
 
     def close(self):
         pass
@@ -288,13 +293,21 @@ class Bench(FakeBench):
             Bench.counts[shape] = Bench.counts.get(shape, 0) + 1
             if (shape, Bench.counts[shape]) == Bench.interrupt_at:
                 os.kill(os.getpid(), signal.SIGINT)
+                Bench.stopped.wait(10)
         return super().measure_point(label, config, shape, build=build, give_up_ms=give_up_ms)
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """tune.devices opens Bench instead of the GPU; compiles are fake_compile; one device."""
-    Bench.made, Bench.counts, Bench.interrupt_at = [], {}, None
+    Bench.made, Bench.counts, Bench.interrupt_at, Bench.stopped = [], {}, None, threading.Event()
+    request_stop = gemmgen.tune.loop.Tuner.request_stop
+
+    def stop_and_tell(tuner, *args):
+        try:
+            return request_stop(tuner, *args)
+        finally:
+            Bench.stopped.set()
 
     def open_bench(spec, index):
         bench = Bench(ResultsDB(spec.url))
@@ -305,6 +318,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(gemmgen.tune.devices, "_open_bench", open_bench)
     monkeypatch.setattr(gemmgen.measure.device, "device_count", lambda: 1)
     monkeypatch.setattr(gemmgen.tune.loop, "_compile", fake_compile)
+    monkeypatch.setattr(gemmgen.tune.loop.Tuner, "request_stop", stop_and_tell)
     return Bench
 
 
