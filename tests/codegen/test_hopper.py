@@ -715,8 +715,11 @@ def test_a_partial_last_tile_row_loads_through_a_map_of_its_rows(precision, para
     source = render_kernel(c)
     assert "const __grid_constant__ CUtensorMap tma_a_tail," in source and ", p.maps.map[3], p.ops.M," in source
     assert f"if (o.M % {bm} == 0)\n        memset(&maps.map[3], 0, sizeof(maps.map[3]));" in source
-    assert re.search(rf"err = gg_tensor_map\(&maps\.map\[3\], type, sizeof\({c.element_type}\), .*\n.*\n\s+"
-                     rf"o\.M % {bm}, {c.derived['BK']}, a_mats, a_step\);", source)
+    # over A exactly as the map of whole tiles is (a_base, a_ld: one rule for both), its box M % BM rows
+    assert re.search(rf"err = gg_tensor_map\(&maps\.map\[3\], type, sizeof\({c.element_type}\), a_base, a_rows, "
+                     rf"a_cols, a_ld,\n\s+o\.M % {bm}, {c.derived['BK']}, a_mats, a_step\);", source)
+    assert re.search(rf"gg_tensor_map\(&maps\.map\[0\], type, sizeof\({c.element_type}\), a_base, a_rows, a_cols, "
+                     rf"a_ld,\n\s+{bm}, {c.derived['BK']}, a_mats, a_step\);", source)
     assert "const int a_rows = max(0, min(BM, M - tm * BM));" in source
     assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(unsigned\)\(BM - a_rows\) \* \(A_BYTES / BM\);", source)
     assert "if (a_rows > 0) {\n                        hp_load(a_dst, a_rows < BM ? map_a_tail : &tma_a," in source
@@ -756,7 +759,8 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     # pack kernel makes of A as stored
     assert "constexpr bool GG_A_T = true;" in source and "constexpr bool GG_B_T = false;" in source
     assert "const int a_rows = o.K, a_cols = o.M;" in source  # GG_A_T ? o.K : o.M, decided
-    assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+64, 64,", source)
+    assert "const size_t a_ld = a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols;" in source
+    assert re.search(r"a_rows, a_cols, a_ld,\s+64, 64,", source)
     assert "over A (K x M as stored, box 64 x 64)" in source
     assert "gg_pack_plan<8, __half, GG_B_T, GG_A_T>(M, N, K, A, B, a_bytes, b_bytes);" in source  # the pack kernel
     assert "gg_pack_plan<8, __half, GG_B_T, GG_A_T>(o.M, o.N, o.K, o.A, o.B, out.a_bytes, out.b_bytes);" in source
@@ -765,7 +769,8 @@ def test_a_stored_k_by_m_arrives_in_column_chunks_as_b_stored_k_by_n_does():
     assert "HP_A_T" not in nn and "HP_A_LOADS" not in nn
     assert "hp_load(a_dst, a_rows < BM ? map_a_tail : &tma_a, kt * BK, tm * BM, za, bar);" in nn
     assert "constexpr bool GG_A_T = false;" in nn and "over A (M x K, box 128 x 64)" in nn
-    assert re.search(r"a_rows, a_cols, a_bytes \? gg_packed_ld<8>\(a_cols\) : \(size_t\)a_cols,\s+128, 64,", nn)
+    assert "const size_t a_ld = a_bytes ? gg_packed_ld<8>(a_cols) : (size_t)a_cols;" in nn
+    assert re.search(r"a_rows, a_cols, a_ld,\s+128, 64,", nn)
 
 
 def test_swap_reads_a_stored_k_by_m_as_wgmmas_n_major_b():
