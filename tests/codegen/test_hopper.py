@@ -688,7 +688,7 @@ def test_a_in_row_boxes_loads_only_those_holding_a_row_before_m(precision, param
     assert f"HP_A_LOADS = {loads}," in source and f"constexpr int HP_A_BOX_M = {params['abox']};" in source
     assert "return max(0, min(HP_A_LOADS, (rows_left + HP_A_BOX_M - 1) / HP_A_BOX_M));" in source
     assert "const int a_boxes = hp_a_boxes(M - tm * BM);" in source  # once per tile, for the loads and the bytes
-    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(HP_A_LOADS - a_boxes\) \* HP_A_BOX_BYTES;", source)
+    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(HP_A_LOADS - a_boxes\) \* HP_A_BOX_BYTES - b_unloaded;", source)
     assert "gg_bar_expect(bar, stage_bytes);" in source and source.count("hp_a_boxes(M - tm * BM)") == 1
     assert "hp_load(a_dst + j * HP_A_BOX_BYTES, &tma_a, kt * BK, tm * BM + j * HP_A_BOX_M, za, bar);" in source
     assert f"over A (M x K, box {params['abox']} x {d['BK']})" in source
@@ -721,12 +721,34 @@ def test_a_partial_last_tile_row_loads_through_a_map_of_its_rows(precision, para
     assert re.search(rf"gg_tensor_map\(&maps\.map\[0\], type, sizeof\({c.element_type}\), a_base, a_rows, a_cols, "
                      rf"a_ld,\n\s+{bm}, {c.derived['BK']}, a_mats, a_step\);", source)
     assert "const int a_rows = max(0, min(BM, M - tm * BM));" in source
-    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(unsigned\)\(BM - a_rows\) \* \(A_BYTES / BM\);", source)
+    assert re.search(r"stage_bytes =\s+STAGE_BYTES - \(unsigned\)\(BM - a_rows\) \* \(A_BYTES / BM\) - b_unloaded;",
+                     source)
     assert "if (a_rows > 0) {\n                        hp_load(a_dst, a_rows < BM ? map_a_tail : &tma_a," in source
     assert f"and one over A's last tile row: box (M % {bm}) x {c.derived['BK']}" in source  # the header
     # A stored K x M arrives in column boxes already: no such map
     tn = make_config("hopper", {**DEFAULT, "trans": "tn"}, "fp16", "sm_90")
     assert not tn.geometry.tma.tail_a and "tma_a_tail" not in render_kernel(tn)
+
+
+@pytest.mark.parametrize("precision, params, trans", [
+    ("fp16", {"BM": 64, "BN": 192, "consumers": 1, "stages": 6}, "nn"), ("bf16", {"BN": 192, "stages": 4}, "nt"),
+    ("e4m3", {"BM": 128, "BN": 128, "stages": 6, "cluster": 2}, "nt"), ("fp16", {"BM": 64, "swap": 1}, "tn"),
+    ("tf32", {"BM": 128, "BN": 128, "stages": 4}, "nn")])
+def test_b_boxes_wholly_past_n_are_not_loaded(precision, params, trans):
+    """A partial last tile column: the producer loads only B's boxes that start before N (each
+    B_BOX_N columns of C: BK where B is stored K x N, 64 or fewer rows where it is stored N x K),
+    in a cluster each block its share of them, and expects only their bytes with A's."""
+    c = make_config("hopper", {**DEFAULT, **params, "trans": trans}, precision, "sm_90")
+    d = c.derived
+    assert d["B_BOX_N"] * d["B_LOADS"] == c.params["BN"]
+    assert d["B_BOX_N"] == (c.params["BN"] // d["B_LOADS"] if trans[1] == "t" else d["BK"])
+    source = render_kernel(c)
+    assert "const int b_boxes = min(B_LOADS, max(0, (N - tn * BN + B_BOX_N - 1) / B_BOX_N));" in source
+    assert "const unsigned b_unloaded = (unsigned)(B_LOADS - b_boxes) * B_BOX_BYTES;" in source
+    assert re.search(r"stage_bytes =\s+STAGE_BYTES - .* - b_unloaded;", source)
+    loop = source.index("for (int j = rank * (B_LOADS / CLUSTER); j < (rank + 1) * (B_LOADS / CLUSTER); ++j) {")
+    assert source.index("if (j >= b_boxes)\n                            break;", loop) < source.index("hp_load", loop)
+    assert source.count("gg_bar_expect(bar, stage_bytes);") == 1
 
 
 @pytest.mark.parametrize("params, trans, expected", [
