@@ -91,7 +91,7 @@ rows of C past M, never stored. With ``abox`` the A tile arrives instead in BM /
 rows, those wholly past M not loaded: an earlier answer to the same slowdown, slower than the tail
 map at every M measured (many small boxes cost), kept for comparison and out of the tuner's space.
 B's boxes (64 columns of C or fewer) wholly past N, in a partial last tile column, are not loaded,
-and not expected either: they cost a 64 x 192 tile 6-8% at 1024 x 4096 x 4096 (docs/problems.md).
+and not expected either: they cost a 64 x 192 tile 6-9% at 1024 x 4096 x 4096 (docs/problems.md).
 
 Where the rows of A or B as stored are not 16-byte aligned (rows of K, N or, for A stored K x M,
 M elements that are not a multiple of 16 bytes, or a misaligned pointer), the launch packs that
