@@ -165,12 +165,19 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
 def check_points(plan) -> list[FillPoint]:
     """The dispatcher's choices that rest on no measurement: for every span of ``plan`` (a
     gemmgen.selection.dispatch.select.DispatchPlan) whose kernel was not measured within it on the
-    layer, that kernel at the span's first and last token count. Each layer's spans widest first
-    (in log M: the most token counts served on the model's word), the layers interleaved."""
+    layer, that kernel at the span's first and last token count. Each layer's spans widest first,
+    the layers interleaved: a span's width is half its share of log M and half its share of M in
+    [1, plan.max_m] (like the fill's drawn counts, half log-uniform and half uniform), so that
+    neither the few counts of decode's narrow spans nor the wide mid- and large-M spans wait
+    behind the other."""
+    top = plan.max_m
+
+    def width(s) -> float:
+        return (math.log(s.m_hi + 1) - math.log(s.m_lo)) / math.log(top + 1) + (s.m_hi - s.m_lo + 1) / top
+
     per_layer = []
     for layer in plan.layers:
-        spans = sorted((s for s in layer.spans if not s.measured),
-                       key=lambda s: (math.log(s.m_hi + 1) - math.log(s.m_lo), -s.m_lo), reverse=True)
+        spans = sorted((s for s in layer.spans if not s.measured), key=lambda s: (width(s), -s.m_lo), reverse=True)
         points = []
         for span in spans:
             config = plan.kernels[span.kernel]

@@ -52,8 +52,7 @@ def _plan(*layers):
 
 def test_checks_measure_each_choice_resting_on_no_measurement_at_its_ends_widest_span_first():
     """A span whose kernel was measured within it needs no check; the others are measured at their
-    first and last token count (once where they are one), the widest span (in log M) first, the
-    layers in turn."""
+    first and last token count (once where they are one), the widest span first, the layers in turn."""
     plan = _plan((4096, [(1, 16, 0, [16]), (17, 20, 1, []), (21, 256, 0, []), (257, 257, 1, [])]),
                  (6144, [(1, 8192, 1, [])]))
     checks = check_points(plan)
@@ -63,6 +62,15 @@ def test_checks_measure_each_choice_resting_on_no_measurement_at_its_ends_widest
                    (4096, 20, fp16), (4096, 257, fp16)]
     assert all(p.shape.k == 4096 for p in checks)
     assert all(len(p.configs) == 1 for p in checks)  # the kernel alone
+
+
+def test_checks_weigh_a_span_by_its_share_of_m_as_well_as_of_log_m():
+    """Token counts 2048-4095 (a doubling: 0.08 of log M up to 8192, a quarter of M) are checked
+    before 3-8 and 1-2 (0.12 of log M each, and a few counts: 3-8 the more), though in log M alone
+    they would come last."""
+    plan = _plan((4096, [(1, 2, 0, []), (3, 8, 1, []), (9, 2047, 0, [100]), (2048, 4095, 1, []),
+                         (4096, 8192, 0, [8192])]))
+    assert [p.shape.m for p in check_points(plan)] == [2048, 4095, 3, 8, 1, 2]
 
 
 def test_no_checks_where_every_choice_was_measured():
