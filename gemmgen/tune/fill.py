@@ -12,7 +12,9 @@ near it (gemmgen.selection.dispatch.model interpolates a kernel's measurements a
   layer and their stream-K twins (the hybrid, for whole-tile coop kernels), the ``per_m``
   fastest of the space's fitted tiles (``[[fit]]`` in search_spaces/<family>.toml: BM any
   multiple of 8, so that a tile count fits the SMs at that M), and the stream-K twin of the
-  first whole-tile kernel picked.
+  first whole-tile kernel picked -- each of them only where that build of it (its source) was
+  not measured at that shape on the device already, so that a fill run again, with the same
+  seed, measures what the first did not (a kernel whose source changed is measured again).
 - In what order: one token count of each layer in turn, each layer's in the order they were
   taken (a boundary, a midpoint, a drawn count, ...), so that a fill the time limit stops has
   measured every layer alike rather than the first layers' low token counts only.
@@ -39,12 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gemmgen.build.nvcc import BuildResult, build_kernels
+from gemmgen.codegen.render import render_kernel, source_hash
 from gemmgen.describe.arch import Arch
 from gemmgen.describe.config import KernelConfig, make_config
 from gemmgen.describe.families import get_family
 from gemmgen.describe.families.base import cdiv
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import InvalidPoint
+from gemmgen.selection.best import stored_rows
 from gemmgen.selection.dispatch.model import TimeModel, stored_samples
 from gemmgen.tune.space import SearchSpace, load_space
 
@@ -135,11 +139,23 @@ def interleave(per_layer: list[list[FillPoint]]) -> list[FillPoint]:
 
 
 def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Variant, layers: dict[tuple[int, int], list[int]],
-              *, points: int = 24, per_m: int = 2, seed: int = 0) -> list[FillPoint]:
-    """What to measure for each layer (N, K) -> its listed token counts (see the module). Raises
-    GemmgenError where nothing of the precision and variant is stored yet (tune the listed shapes first)."""
-    samples, configs, sms, _ = stored_samples(db, precision, arch, variant, space.family)
+              *, points: int = 24, per_m: int = 2, seed: int = 0, device: str | None = None) -> list[FillPoint]:
+    """What to measure for each layer (N, K) -> its listed token counts (see the module), on the
+    GPU named ``device`` (None: the one the model's measurements are of). Raises GemmgenError
+    where nothing of the precision and variant is stored yet (tune the listed shapes first)."""
+    samples, configs, sms, fitted_on = stored_samples(db, precision, arch, variant, space.family)
     model = TimeModel.fit(samples, configs, sms)
+    done = _measured_builds(db, precision, arch, variant, device or fitted_on)
+    builds: dict[str, str] = {}
+
+    def new(config: KernelConfig, shape: Shape) -> bool:  # not measured at shape with its build of today
+        stored = done.get((config.name, shape.m, shape.n, shape.k))
+        if not stored:
+            return True
+        if config.name not in builds:
+            builds[config.name] = source_hash(render_kernel(config))
+        return builds[config.name] not in stored
+
     per_layer = []
     for (n, k), listed in layers.items():
         plan = []
@@ -153,13 +169,24 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
             shape = Shape(m, n, k)
             for group in (list(known.values()), fitted_tiles(space, precision, arch, variant, m)):
                 ranked = sorted(group, key=lambda c: model.predict(c, shape))
-                picked += [c for c in ranked if c.name not in {p.name for p in picked}][:per_m]
+                picked += [c for c in ranked if c.name not in {p.name for p in picked} and new(c, shape)][:per_m]
             # the stream-K twin of the fastest whole-tile kernel picked, which the model knows least
             twin = next((t for t in map(stream_k_twin, picked) if t is not None), None)
-            if twin is not None and twin.name not in {p.name for p in picked}:
+            if twin is not None and twin.name not in {p.name for p in picked} and new(twin, shape):
                 picked.append(twin)
-            plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
+            if picked:
+                plan.append(FillPoint(Shape(m, n, k), tuple(picked)))
     return interleave(per_layer)
+
+
+def _measured_builds(db, precision: str, arch: Arch, variant: Variant, device: str) -> dict[tuple, set[str]]:
+    """(kernel, M, N, K) -> the builds (source hashes) of the kernel verified and timed at that
+    shape on ``device`` (one product per launch): what a fill need not measure again."""
+    out = defaultdict(set)
+    for r in stored_rows(db, precision=precision, status="ok", variant=variant, batch_count=1):
+        if r.arch == arch.name and r.device == device and r.tflops:
+            out[r.kernel, r.M, r.N, r.K].add(r.build)
+    return out
 
 
 def check_points(plan) -> list[FillPoint]:
@@ -238,7 +265,7 @@ def fill_workload(workload, pairs: list[tuple[str, str]], arch: Arch, variant: V
         try:
             for precision, family in pairs:
                 plan = plan_fill(db, load_space(family), precision, arch, variant, dict(layers), points=points,
-                                 seed=seed or 0)
+                                 seed=seed or 0, device=gpu.info.name)
                 log(f"fill {family} {precision}{variant.suffix}: {len(plan)} token counts, "
                     f"{sum(len(p.configs) for p in plan)} measurements")
                 start = time.monotonic()

@@ -1,5 +1,8 @@
 """The fill's plan (gemmgen.tune.fill) without a GPU: which token counts, in what order."""
 import math
+from pathlib import Path
+
+import pytest
 
 from gemmgen.describe.problem import Shape
 from gemmgen.tune.fill import FillPoint, check_points, fill_counts, interleave
@@ -111,3 +114,43 @@ def test_run_fill_builds_each_kernel_once_logs_failures_and_hands_the_builds_to_
                         (bad.name, 200, None)]
     assert [(s.m, name, ratio) for s, name, ratio in out] == [(100, good.name, 1.0), (100, bad.name, 1.0),
                                                               (200, good.name, 1.0), (200, bad.name, 1.0)]
+
+
+@pytest.mark.slow
+def test_a_fill_does_not_plan_what_was_measured_with_the_same_build(tmp_path):
+    """On a copy of the shipped file, the plan of F.linear's fill of 2026-12-07 (6 token counts a
+    layer, seed 5), run again: most token counts it takes had kernels measured there that day, and
+    it plans none of them again (their builds are today's), but other kernels instead."""
+    import shutil
+    from collections import defaultdict
+
+    from gemmgen.codegen.render import render_kernel, source_hash
+    from gemmgen.describe.arch import parse_arch
+    from gemmgen.describe.workload import load_workload
+    from gemmgen.selection.best import stored_rows
+    from gemmgen.store.db import ResultsDB, resolve_url
+    from gemmgen.tune.fill import plan_fill
+    from gemmgen.tune.space import load_space
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copyfile(root / "results" / "h100.db", tmp_path / "h100.db")
+    db = ResultsDB(resolve_url(str(tmp_path / "h100.db")), create=False)
+    workload = load_workload(root / "workloads" / "llama3-8b-linear.toml")
+    layers = defaultdict(list)
+    for s in workload.shapes:
+        layers[s.n, s.k].append(s.m)
+    plan = plan_fill(db, load_space("hopper"), "bf16", parse_arch("sm_90"), workload.variant, dict(layers),
+                     points=6, seed=5)
+    stored = defaultdict(set)
+    for r in stored_rows(db, precision="bf16", status="ok", variant=workload.variant, batch_count=1):
+        if r.tflops:
+            stored[r.M, r.N, r.K].add((r.kernel, r.build))
+    assert len(plan) >= 12
+    # most of its token counts (the midpoints and drawn ones; the model's boundaries have moved) had
+    # kernels measured there: the skip had something to skip
+    assert sum(bool(stored[p.shape.m, p.shape.n, p.shape.k]) for p in plan) >= len(plan) // 2
+    for point in plan:
+        s = point.shape
+        assert point.configs
+        for config in point.configs:
+            assert (config.name, source_hash(render_kernel(config))) not in stored[s.m, s.n, s.k], (s, config.name)
