@@ -148,7 +148,7 @@ def plan_fill(db, space: SearchSpace, precision: str, arch: Arch, variant: Varia
     done = _measured_builds(db, precision, arch, variant, device or fitted_on)
     builds: dict[str, str] = {}
 
-    def new(config: KernelConfig, shape: Shape) -> bool:  # not measured at shape with its build of today
+    def new(config: KernelConfig, shape: Shape) -> bool:  # not yet measured at shape with its current source
         stored = done.get((config.name, shape.m, shape.n, shape.k))
         if not stored:
             return True
