@@ -22,7 +22,7 @@ from gemmgen.measure.device import Gpu, LaunchFailed
 from gemmgen.measure.gpucheck import GpuChecker
 from gemmgen.measure.l2flush import L2Flush
 from gemmgen.measure.launcher import LoadedKernel, ShapeRefused
-from gemmgen.measure.operands import Operands
+from gemmgen.measure.operands import HostMatrices, Operands
 from gemmgen.measure.outcome import CUT_PREFIX, TIMED_ALPHA, TIMED_BETA, Measured, cublas_name, timed_problem_id
 from gemmgen.measure.timing import Timing, time_interleaved
 from gemmgen.store.db import ResultsDB
@@ -51,6 +51,7 @@ class Bench:
         self.gpu, self.db, self.tag, self.min_total_ms = gpu, db, tag, min_total_ms
         self.interleave, self.batch_count = interleave, batch_count
         self.rng = np.random.default_rng(seed)
+        self.matrices = HostMatrices(self.rng)  # a layer's B, A and C0 drawn once for its token counts
         self.cublas = Cublas(WORKSPACE_BYTES)
         self._cublas_lt: CublasLt | None = None  # made for the first variant with an epilogue
         self.checker = GpuChecker(gpu, self.cublas)
@@ -79,13 +80,13 @@ class Bench:
 
     def verify(self, run: Runner, ops: Operands) -> verify.Verdict:
         """Both checks of verify.CHECKS on the operands' random inputs (filled once per shape and
-        precision: every kernel measured there sees the same), judged on the GPU against float64
+        precision, from self.matrices: every kernel measured there sees the same), judged on the GPU against float64
         references made once for them (gemmgen.measure.gpucheck). C is reset before each check (NaN for
         beta == 0), so no kernel passes on what another left. Every matrix of a batch is judged
         on its own, against its own reference. The first failure (its message names the matrix
         of a batch), or the check and matrix with the largest error."""
         if not ops.filled:
-            ops.fill(self.rng)
+            ops.fill(self.rng, self.matrices)
         s = ops.shape
         if ops.references is None:
             ops.references = self.checker.references(ops.a, ops.b, s.m, s.n, s.k, ops.precision,

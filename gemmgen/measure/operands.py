@@ -13,6 +13,36 @@ from gemmgen.measure.gpucheck import References
 from gemmgen.measure.launcher import packed_strides
 
 
+KEEP_BYTES = 2 << 30  # host matrices HostMatrices keeps for the next shapes (a fill's layers: B, and A and C0)
+
+
+class HostMatrices:
+    """Random host matrices (verify.random_matrix) kept for the shapes measured next: a request for
+    rows x cols of one precision and operand gets the first rows of the one kept for those columns
+    where it has as many rows or more (a row-major prefix: contiguous, as random as the whole), and
+    otherwise a fresh draw of that many rows, kept instead. So measuring one layer (N x K) at many
+    token counts, as a fill does, draws B once and A and C0 once per new largest M, not at every
+    shape (B of 4096 x 28672 bf16 takes a second or more on the host). At most ``keep_bytes`` are
+    kept; the least recently used go first. The arrays handed out are views: read them, do not
+    write them."""
+
+    def __init__(self, rng: np.random.Generator, keep_bytes: int = KEEP_BYTES):
+        self.rng, self.keep_bytes = rng, keep_bytes
+        self._kept: dict[tuple, np.ndarray] = {}  # (cols, precision, operand) -> matrix, least recent first
+
+    def matrix(self, rows: int, cols: int, precision: str, operand: str = "a") -> np.ndarray:
+        """``rows`` x ``cols`` of ``operand`` ("a", "b" or "c": each kept apart; B's elements as
+        verify.random_matrix makes them with operand="b", A's and C's as its "a")."""
+        key = (cols, precision, operand)
+        kept = self._kept.pop(key, None)
+        if kept is None or kept.shape[0] < rows:
+            kept = verify.random_matrix(self.rng, rows, cols, precision, "b" if operand == "b" else "a")
+        self._kept[key] = kept  # now the most recent
+        while len(self._kept) > 1 and sum(x.nbytes for x in self._kept.values()) > self.keep_bytes:
+            self._kept.pop(next(iter(self._kept)))
+        return kept[:rows]
+
+
 class Operands:
     """Device buffers of one shape, precision and variant (A and B as stored: Variant.a_dims, b_dims; C and C0
     of type ``variant.out``; a bias vector of that type, M or N values, where the variant adds
@@ -57,14 +87,15 @@ class Operands:
         """Bytes of C (every matrix of the batch)."""
         return self.batch * self.shape.m * self.shape.n * self.c_bytes
 
-    def fill(self, rng: np.random.Generator) -> None:
-        """Fresh random A, B and C0 (uniform(-1, 1), never zeros), and scales (uniform(1/4, 4)), on
-        the host and the device."""
+    def fill(self, rng: np.random.Generator, matrices: HostMatrices | None = None) -> None:
+        """Random A, B and C0 (uniform(-1, 1), never zeros), and scales (uniform(1/4, 4)), on the host
+        and the device: A, B and C0 fresh, or from ``matrices`` (kept from earlier shapes)."""
         m, n, batch = self.shape.m, self.shape.n, self.batch
         (ra, ca), (rb, cb) = self.variant.a_dims(self.shape), self.variant.b_dims(self.shape)
-        self.host_a = verify.random_matrix(rng, batch * ra, ca, self.precision)
-        self.host_b = verify.random_matrix(rng, batch * rb, cb, self.precision, "b")
-        self.host_c0 = verify.random_matrix(rng, batch * m, n, self.variant.out)
+        matrices = matrices or HostMatrices(rng, keep_bytes=0)
+        self.host_a = matrices.matrix(batch * ra, ca, self.precision)
+        self.host_b = matrices.matrix(batch * rb, cb, self.precision, "b")
+        self.host_c0 = matrices.matrix(batch * m, n, self.variant.out, "c")
         drv = self.gpu.drv
         if self.bias is not None:
             self.host_bias = verify.random_matrix(rng, 1, batch * self.bias_len, self.variant.out)
