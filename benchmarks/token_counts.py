@@ -9,7 +9,9 @@ geometric mean, the worst, and the counts under 0.90 and 0.80; writes every row 
 with --plot, the ratio against M per layer.
 usage: python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --layer NxK [--layer ...]
        [--count 100] [--range 1 8192] [--seed 29] [--not-in WORKLOAD.toml] [--plot OUT.png]
-       [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)"""
+       [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)
+       python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --shape MxNxK [--shape ...]
+       (those shapes instead of drawn ones, in that order: to time again the rows of an earlier run)"""
 import argparse
 import json
 import random
@@ -18,7 +20,9 @@ import sys
 import torch
 from alternate import Alternate, device_verdict
 
+from gemmgen.describe.problem import parse_shape
 from gemmgen.describe.workload import load_workload
+from gemmgen.errors import InvalidParameter
 from gemmgen.selection.report import geometric_mean
 from gemmgen.torch import load
 
@@ -75,12 +79,12 @@ def print_table(result, heading):
               f"{s['under_0.80']:>7}  {s['all_correct']}")
 
 
-def drawing_options(ap: argparse.ArgumentParser, count: int) -> None:
+def drawing_options(ap: argparse.ArgumentParser, count: int, layer_required: bool = True) -> None:
     """The options both token-count benchmarks take: the dispatcher, OUT.json, the layers and how
     their token counts are drawn, the plot, the rounds and the label."""
     ap.add_argument("dispatcher")
     ap.add_argument("out")
-    ap.add_argument("--layer", action="append", required=True, metavar="NxK")
+    ap.add_argument("--layer", action="append", required=layer_required, default=[], metavar="NxK")
     ap.add_argument("--count", type=int, default=count)
     ap.add_argument("--range", type=int, nargs=2, default=(1, 8192), metavar=("LO", "HI"))
     ap.add_argument("--seed", type=int, default=29)
@@ -97,15 +101,26 @@ def layers_of(args) -> list[tuple[int, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("precision")
-    drawing_options(ap, 100)
+    drawing_options(ap, 100, layer_required=False)
     ap.add_argument("--not-in", metavar="WORKLOAD", help="leave out the token counts this workload lists")
+    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK",
+                    help="time these shapes, in this order, instead of drawing token counts (no --layer needed)")
     args = ap.parse_args()
-    layers = layers_of(args)
-    listed = {}
-    if args.not_in:
-        for s in load_workload(args.not_in).shapes:
-            listed.setdefault((s.n, s.k), []).append(s.m)
-    shapes = draw(layers, args.count, *args.range, args.seed, listed)
+    if not args.shape and not args.layer:
+        ap.error("give the layers to draw token counts for (--layer NxK), or the shapes to time (--shape MxNxK)")
+    if args.shape:
+        try:
+            shapes = [(s.m, s.n, s.k) for s in map(parse_shape, args.shape)]
+        except InvalidParameter as e:
+            ap.error(f"--shape: {e}")
+        layers = list(dict.fromkeys((n, k) for _, n, k in shapes))
+    else:
+        layers = layers_of(args)
+        listed = {}
+        if args.not_in:
+            for s in load_workload(args.not_in).shapes:
+                listed.setdefault((s.n, s.k), []).append(s.m)
+        shapes = draw(layers, args.count, *args.range, args.seed, listed)
     dev = torch.device("cuda:0")
     op = load(args.dispatcher)
     variant = op.variant
