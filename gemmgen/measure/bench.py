@@ -16,7 +16,7 @@ from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Shape, Variant
 from gemmgen.errors import GemmgenError
 from gemmgen.measure import verify
-from gemmgen.measure.cublas import WORKSPACE_BYTES, Cublas, CublasError, baseline_api, uses_cublaslt
+from gemmgen.measure.cublas import WORKSPACE_BYTES, Cublas, CublasError, baseline_api, baseline_build, uses_cublaslt
 from gemmgen.measure.cublaslt import CublasLt
 from gemmgen.measure.device import Gpu, LaunchFailed
 from gemmgen.measure.gpucheck import GpuChecker
@@ -202,8 +202,12 @@ class Bench:
 
     def _cublas_kernel_id(self, precision: str, variant: Variant = Variant()) -> int:
         api = (("api", baseline_api(precision, variant)),)
+        try:
+            build = baseline_build(precision, variant)
+        except CublasError:  # no library to ask (an infeasible row says why): no version recorded
+            build = ""
         return self.db.kernel(name=cublas_name(precision, variant), family="cublas", precision=precision,
-                              arch=self.gpu.info.arch.name,
+                              arch=self.gpu.info.arch.name, source_hash=build,
                               params={**dict(PRECISIONS[precision].baseline), **dict(api), **dict(variant.items)})
 
     def _add_cublas(self, launches: list, precision: str, ops: Operands) -> str:

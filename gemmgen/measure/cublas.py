@@ -28,14 +28,27 @@ class CublasError(GemmgenError):
     pass
 
 
+# A folder whose cuBLAS and cuBLASLt the baselines load instead of the toolkit's: e.g. those of the
+# nvidia-cublas wheel, which torch loads, and whose heuristics can differ from the toolkit's.
+CUBLAS_DIR_ENV = "GEMMGEN_CUBLAS_DIR"
+
+
 def load_toolkit_library(pattern: str, fallback: str) -> ctypes.CDLL:
-    """A library of the CUDA toolkit: the newest ``lib64/<pattern>`` under $CUDA_HOME, $CUDA_PATH
-    or /usr/local/cuda, else ``fallback`` as the loader finds it. Raises CublasError."""
+    """cuBLAS or cuBLASLt: the newest ``<pattern>`` in $GEMMGEN_CUBLAS_DIR where that is set (and
+    nothing else), else the newest ``lib64/<pattern>`` under $CUDA_HOME, $CUDA_PATH or
+    /usr/local/cuda, else ``fallback`` as the loader finds it. Raises CublasError."""
     names = []
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            names += sorted(glob.glob(os.path.join(root, "lib64", pattern)), reverse=True)
-    names += [n for n in (ctypes.util.find_library(fallback.removeprefix("lib").split(".so")[0]), fallback) if n]
+    if folder := os.environ.get(CUBLAS_DIR_ENV):
+        names = sorted(glob.glob(os.path.join(folder, pattern)), reverse=True)
+        if not names:
+            raise CublasError(f"${CUBLAS_DIR_ENV}={folder} holds no {pattern}: name the folder of the cuBLAS to "
+                              "compare with (e.g. the nvidia-cublas wheel's lib folder), or unset it for the "
+                              "toolkit's")
+    else:
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if root:
+                names += sorted(glob.glob(os.path.join(root, "lib64", pattern)), reverse=True)
+        names += [n for n in (ctypes.util.find_library(fallback.removeprefix("lib").split(".so")[0]), fallback) if n]
     errors = []
     for name in names:
         try:
@@ -49,6 +62,33 @@ def load_toolkit_library(pattern: str, fallback: str) -> ctypes.CDLL:
 @lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL:
     return load_toolkit_library("libcublas.so*", "libcublas.so")
+
+
+@lru_cache(maxsize=1)
+def lt_library() -> ctypes.CDLL:
+    """The cuBLASLt the baselines call (gemmgen.measure.cublaslt)."""
+    return load_toolkit_library("libcublasLt.so*", "libcublasLt.so")
+
+
+def library_version(lib: ctypes.CDLL, prefix: str = "cublas") -> str:
+    """``major.minor.patch`` of a loaded cuBLAS (``prefix`` "cublas") or cuBLASLt ("cublasLt"), from
+    its GetProperty call. Raises CublasError where the library does not say."""
+    parts = []
+    for prop in (0, 1, 2):  # libraryPropertyType: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        value = ctypes.c_int()
+        if getattr(lib, f"{prefix}GetProperty")(prop, ctypes.byref(value)) != 0:
+            raise CublasError(f"{prefix}GetProperty({prop}) failed")
+        parts.append(str(value.value))
+    return ".".join(parts)
+
+
+def baseline_build(precision: str, variant: Variant = Variant()) -> str:
+    """What the baseline of ``precision`` and ``variant`` runs, as its results-database rows record it
+    (the cuBLAS kernel row's source hash): the library and its version, ``cuBLAS <major>.<minor>.<patch>``. A
+    cuBLAS of another version picks other kernels; its rows are another kernel row."""
+    if uses_cublaslt(precision, variant):
+        return f"cuBLASLt {library_version(lt_library(), 'cublasLt')}"
+    return f"cuBLAS {library_version(_library())}"
 
 
 # The workspace cuBLAS and cuBLASLt get: what torch gives cuBLAS on Hopper by default. Without one

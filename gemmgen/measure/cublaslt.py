@@ -25,11 +25,10 @@ stream of the CUDA context current on the calling thread.
 """
 
 import ctypes
-from functools import lru_cache
 
 from gemmgen.describe.dtypes import PRECISIONS
 from gemmgen.describe.problem import Variant
-from gemmgen.measure.cublas import WORKSPACE_BYTES, CublasError, check_batch, driver_library, load_toolkit_library
+from gemmgen.measure.cublas import WORKSPACE_BYTES, CublasError, check_batch, driver_library, lt_library
 
 _OP_N, _OP_T = 0, 1
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F, the compute type where gemmgen.describe.dtypes names none (fp32)
@@ -58,9 +57,8 @@ class _Heuristic(ctypes.Structure):
                 ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
 
 
-@lru_cache(maxsize=1)
 def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
-    return load_toolkit_library("libcublasLt.so*", "libcublasLt.so"), driver_library()
+    return lt_library(), driver_library()
 
 
 def precision_refused(variant: Variant, precision: str) -> str | None:

@@ -267,7 +267,9 @@ class ResultRow:
     created_at: str
     batch_count: int = 1  # products per launch (the strided batch's count; 1 where not batched)
     sm_count: int = 0  # the device's streaming multiprocessors
-    build: str = ""  # the kernel's source hash: which build of the kernel was measured ("" for cuBLAS)
+    # the kernel's source hash: which build was measured (cuBLAS: its library and version,
+    # "cuBLAS <major>.<minor>.<patch>"; "" in rows recorded before 2026-12-07)
+    build: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)

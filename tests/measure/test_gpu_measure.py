@@ -2,6 +2,7 @@
 float64 reference at odd and aligned shapes, and a wrong kernel is recorded as wrong."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -33,6 +34,16 @@ def test_named_point_is_correct(bench, point, shape):
 def test_cublas_baseline_matches_reference(bench, precision, shape):
     m = bench.measure_cublas(precision, shape)
     assert m.status == "ok", m.message
+
+
+def test_cublas_rows_record_the_library_and_its_version(bench):
+    """The baseline's kernel row names what ran (cuBLAS of another version picks other kernels)."""
+    bench.measure_cublas("bf16", Shape(129, 257, 64))
+    bench.measure_cublas("bf16", Shape(129, 257, 64), Variant("nt", "bf16", "col"))  # cuBLASLt's fused bias
+    builds = {r.kernel: r.build for r in bench.db.results(tag="test", status="ok", shape=(129, 257, 64))
+              if r.kernel.startswith("cublas")}
+    assert re.fullmatch(r"cuBLAS \d+\.\d+\.\d+", builds["cublas_bf16"]), builds
+    assert re.fullmatch(r"cuBLASLt \d+\.\d+\.\d+", builds["cublas_bf16_nt_obf16_bcol"]), builds
 
 
 def test_wrong_kernel_is_recorded_as_wrong(bench):
