@@ -73,10 +73,14 @@ def lt_library() -> ctypes.CDLL:
 def library_version(lib: ctypes.CDLL, prefix: str = "cublas") -> str:
     """``major.minor.patch`` of a loaded cuBLAS (``prefix`` "cublas") or cuBLASLt ("cublasLt"), from
     its GetProperty call. Raises CublasError where the library does not say."""
+    try:
+        get = getattr(lib, f"{prefix}GetProperty")
+    except AttributeError:
+        raise CublasError(f"{lib._name} has no {prefix}GetProperty") from None
     parts = []
     for prop in (0, 1, 2):  # libraryPropertyType: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
         value = ctypes.c_int()
-        if getattr(lib, f"{prefix}GetProperty")(prop, ctypes.byref(value)) != 0:
+        if get(prop, ctypes.byref(value)) != 0:
             raise CublasError(f"{prefix}GetProperty({prop}) failed")
         parts.append(str(value.value))
     return ".".join(parts)

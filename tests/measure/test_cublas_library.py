@@ -3,7 +3,7 @@
 
 import pytest
 
-from gemmgen.measure.cublas import CUBLAS_DIR_ENV, CublasError, load_toolkit_library
+from gemmgen.measure.cublas import CUBLAS_DIR_ENV, CublasError, library_version, load_toolkit_library
 
 
 def test_a_cublas_folder_without_the_library_is_refused_with_what_to_do(tmp_path, monkeypatch):
@@ -21,3 +21,12 @@ def test_a_cublas_folder_is_the_only_place_looked_in(tmp_path, monkeypatch):
         load_toolkit_library("libcublas.so*", "libcublas.so")
     tried = str(err.value).split("tried: ", 1)[1]
     assert tried.startswith(f"{fake}: ") and "; " not in tried  # that file alone, not the toolkit's nor the loader's
+
+
+def test_a_library_without_the_version_call_is_a_cublas_error():
+    """(bench records no version then, rather than stopping: Bench._cublas_kernel_id)"""
+    class NoCalls:
+        _name = "libfake.so"
+
+    with pytest.raises(CublasError, match="libfake.so has no cublasGetProperty"):
+        library_version(NoCalls())
