@@ -131,3 +131,20 @@ def test_a_kernel_measured_at_one_shape_keeps_what_that_shape_does_to_every_kern
     far = Shape(16, 4096, 4096)
     far_base = _base(configs[odd], np.array([far.m]), far.n, far.k, 132)[0][0] * 1e6
     assert model.predict(configs[odd], far) / far_base == pytest.approx(math.exp(0.5) * 1.4, rel=0.05)
+
+
+def test_a_measured_token_count_that_fills_whole_tiles_is_predicted_as_measured():
+    """At M = 768 (6 rows of 128; 132 tiles of 128 x 192 on 4096 x 4096: one wave of 132 SMs) the
+    model gives back the measurement. exp(log 768) is an ulp over 768, which once counted a 7th
+    tile row and a second wave there: twice the time, at 64-203 stored (kernel, shape) pairs per
+    workload, each kernel at a token count its tiles fit exactly."""
+    from gemmgen.selection.dispatch.model import TimeModel
+
+    assert np.exp(np.log(768.0)) > 768.0  # the case this is about
+    name = "hopper_128x192_c2_s4_g8_fp16"
+    configs = {**_configs(), name: _config(name)}
+    samples = _law_samples(0.01) + [Sample(name, Shape(m, 4096, 4096), us) for m, us in ((767, 37.7), (768, 38.8),
+                                                                                          (1000, 60.0))]
+    model = TimeModel.fit(samples, configs, 132)
+    assert model.predict(configs[name], Shape(768, 4096, 4096)) == pytest.approx(38.8, rel=0.01)
+    assert model.predict_m(configs[name], 4096, 4096, np.array([767, 768]))[1] == pytest.approx(38.8, rel=0.01)

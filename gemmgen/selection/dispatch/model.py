@@ -305,12 +305,15 @@ class TimeModel:
 
     def predict_m(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
         """Predicted microseconds of ``config`` at each token count of ``m`` (an array), N, K."""
-        lm = np.log(np.asarray(m, dtype=np.float64))
-        base, x = _base(config, np.exp(lm), n, k, self.sms)
+        m = np.asarray(m, dtype=np.float64)
+        lm = np.log(m)
+        # the base from M itself: exp(log M) is M give or take an ulp, and one ulp over a multiple of
+        # the tile counts a whole tile row more (at 768 of 4096 x 4096, 2 waves of 128 x 192 tiles for 1)
+        base, x = _base(config, m, n, k, self.sms)
         kernel, _ = self._kernel(config, n, k, lm)
         # no kernel beats MAX_EFFICIENCY of the tensor cores' peak, whatever a calibration measured
         # where memory bound it would say of its compute
-        ceiling = 2.0 * np.exp(lm) * n * k / (MAX_EFFICIENCY * TENSOR_TFLOPS.get(config.precision, 67.0) * 1e6)
+        ceiling = 2.0 * m * n * k / (MAX_EFFICIENCY * TENSOR_TFLOPS.get(config.precision, 67.0) * 1e6)
         return np.maximum(base * 1e6 * np.exp(x @ self.theta + kernel + _fading(self.shapes.get((n, k)), lm)), ceiling)
 
     def memory_bound(self, config: KernelConfig, n: int, k: int, m: np.ndarray) -> np.ndarray:
