@@ -23,7 +23,7 @@ class Alternate:
             for i in order:
                 # C poisoned first, then L2 flushed, as gemmgen bench does: the flush writes the
                 # poison's dirty lines back before the timed call, so that call does not pay for
-                # them (they cost gemmgen's kernels up to 25% at some shapes, cuBLAS's ~1%).
+                # them (they cost gemmgen's kernels up to 25% at some shapes, cuBLAS's 5% at most).
                 fns[i][0]()  # poison
                 self.flush_buf.sum()
                 if cycles:
