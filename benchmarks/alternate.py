@@ -4,13 +4,51 @@ one call between two CUDA events, median after warm-up. Needs torch and a GPU.""
 import numpy as np
 import torch
 
+# What L2 holds when a timed call starts (C poisoned in every state; Alternate.prepare):
+#   clean        C poisoned, then L2 flushed: what gemmgen bench times
+#   C dirty      L2 flushed, then C poisoned: the poison dirty in L2
+#   other dirty  C poisoned, L2 flushed, then 96 MB written: another op's output dirty in L2
+#   A written    C poisoned, L2 flushed, then A rewritten in place (the entry's third callable):
+#                the input the op before has just written, as in a model
+L2_STATES = ("clean", "C dirty", "other dirty", "A written")
+OTHER_OUTPUT_BYTES = 96 << 20
+
 
 class Alternate:
-    """``timed(fns)`` / ``timed_async(fns)`` for fns = [(poison, call), ...]: one median (ms) per call."""
+    """``timed(fns)`` / ``timed_async(fns)`` for fns = [(poison, call), ...] (with ``l2="A
+    written"``, [(poison, call, rewrite_a), ...]): one median (ms) per call. ``l2``: one of
+    L2_STATES, what L2 holds when each call starts; an attribute, so one clock can time several."""
 
-    def __init__(self, device: torch.device):
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        self.flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=device)
+    def __init__(self, device: torch.device, l2: str = "clean"):
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        self.flush_buf = torch.zeros(2 * l2_bytes // 4, dtype=torch.float32, device=device)
+        self.device = device
+        self.l2 = l2
+        self._other = None
+
+    def prepare(self, entry) -> None:
+        """Queue what comes before the timed call of ``entry`` (poison, call[, rewrite_a]): its
+        poison, the flush, and what the state ``self.l2`` writes after them. Raises ValueError
+        for a state not in L2_STATES, or "A written" without the entry's rewrite_a."""
+        if self.l2 not in L2_STATES:
+            raise ValueError(f"L2 state {self.l2!r}: one of {', '.join(L2_STATES)}")
+        if self.l2 == "C dirty":
+            self.flush_buf.sum()
+            entry[0]()
+            return
+        # C poisoned first, then L2 flushed, as gemmgen bench does: the flush writes the
+        # poison's dirty lines back before the timed call, so that call does not pay for
+        # them (they cost gemmgen's kernels up to 25% at some shapes, cuBLAS's 5% at most).
+        entry[0]()
+        self.flush_buf.sum()
+        if self.l2 == "other dirty":
+            if self._other is None:
+                self._other = torch.empty(OTHER_OUTPUT_BYTES, dtype=torch.uint8, device=self.device)
+            self._other.fill_(3)
+        elif self.l2 == "A written":
+            if len(entry) < 3:
+                raise ValueError("L2 state 'A written' needs (poison, call, rewrite_a) entries")
+            entry[2]()
 
     def timed(self, fns, rounds=40, warmup=3, hide_us=0.0):
         """Each call waited for: the time from its start event to its stop event. With
@@ -21,11 +59,7 @@ class Alternate:
         order = list(range(len(fns)))
         for r in range(warmup + rounds):
             for i in order:
-                # C poisoned first, then L2 flushed, as gemmgen bench does: the flush writes the
-                # poison's dirty lines back before the timed call, so that call does not pay for
-                # them (they cost gemmgen's kernels up to 25% at some shapes, cuBLAS's 5% at most).
-                fns[i][0]()  # poison
-                self.flush_buf.sum()
+                self.prepare(fns[i])
                 if cycles:
                     torch.cuda._sleep(cycles)
                 start.record()
@@ -38,7 +72,7 @@ class Alternate:
         return [float(np.median(t)) for t in times]
 
     def timed_gpu(self, fns, rounds=40, warmup=3, hide_us=300.0):
-        """Each call's GPU time with the host's latency hidden: after the poison and flush, the
+        """Each call's GPU time with the host's latency hidden: after prepare (poison, flush), the
         GPU spins for ``hide_us`` (torch.cuda._sleep, no memory traffic) before the start event,
         so the call's host work is done before the GPU reaches it -- what the call costs the
         GPU when the host runs ahead (as in a model, or a CUDA graph), measured on eager
@@ -72,16 +106,15 @@ class Alternate:
         """As triton.testing.do_bench: the host queues every round without waiting, so a call's
         host work overlaps the GPU's (the flush before it); events read once at the end."""
         for _ in range(warmup):
-            for poison, fn in fns:
-                poison(); self.flush_buf.sum(); fn()
+            for entry in fns:
+                self.prepare(entry); entry[1]()
         torch.cuda.synchronize()
         ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
               for _ in fns]
         order = list(range(len(fns)))
         for r in range(rounds):
             for i in order:
-                fns[i][0]()
-                self.flush_buf.sum()
+                self.prepare(fns[i])
                 ev[i][r][0].record()
                 fns[i][1]()
                 ev[i][r][1].record()

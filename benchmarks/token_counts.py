@@ -3,13 +3,13 @@ N x K given, COUNT token counts drawn uniformly from [LO, HI] (without the count
 lists for it, with --not-in), each shape's result checked against float64, and its time against
 torch's in the same process (cuBLAS, fp32 out: ``torch.mm(a, b, out_dtype=torch.float32)``; for a
 variant with B stored N x K, ``F.linear``, with the column bias where the variant adds one):
-alternating, median after warm-up, random data, L2 flushed (a read of 2x L2) and C poisoned before
-each call, the host's latency hidden (Alternate.timed_gpu). Prints per layer and in all the
+alternating, median after warm-up, random data, C poisoned and L2 flushed (a read of 2x L2) before
+each call (with --l2, another of alternate.L2_STATES), the host's latency hidden (Alternate.timed_gpu). Prints per layer and in all the
 geometric mean, the worst, and the counts under 0.90 and 0.80; writes every row to OUT.json and,
 with --plot, the ratio against M per layer.
 usage: python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --layer NxK [--layer ...]
        [--count 100] [--range 1 8192] [--seed 29] [--not-in WORKLOAD.toml] [--plot OUT.png]
-       [--rounds 15] [--label NAME]     (needs a GPU and torch; run from the checkout root)
+       [--rounds 15] [--label NAME] [--l2 STATE]     (needs a GPU and torch; run from the checkout root)
        python benchmarks/token_counts.py PRECISION DISPATCHER.cu OUT.json --shape MxNxK [--shape ...]
        (those shapes instead of drawn ones, in that order: to time again the rows of an earlier run)"""
 import argparse
@@ -18,7 +18,7 @@ import random
 import sys
 
 import torch
-from alternate import Alternate, device_verdict
+from alternate import L2_STATES, Alternate, device_verdict
 
 from gemmgen.describe.problem import parse_shape
 from gemmgen.describe.workload import load_workload
@@ -105,6 +105,8 @@ def main() -> None:
     ap.add_argument("--not-in", metavar="WORKLOAD", help="leave out the token counts this workload lists")
     ap.add_argument("--shape", action="append", default=[], metavar="MxNxK",
                     help="time these shapes, in this order, instead of drawing token counts (no --layer needed)")
+    ap.add_argument("--l2", default="clean", choices=L2_STATES,
+                    help="what L2 holds when each call starts (benchmarks/alternate.py); default: clean, as gemmgen bench")
     args = ap.parse_args()
     if not args.shape and not args.layer:
         ap.error("give the layers to draw token counts for (--layer NxK), or the shapes to time (--shape MxNxK)")
@@ -129,7 +131,7 @@ def main() -> None:
     if variant.bias not in ("none", "col") or variant.act != "none" or (variant.bias == "col" and out_dtype != dtype):
         sys.exit(f"{args.dispatcher}: variant {variant.text}: only no bias or a column bias into A's type "
                  f"(F.linear's), and no activation, have a torch call to compare with here")
-    clock = Alternate(dev)
+    clock = Alternate(dev, args.l2)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     rows = []
     for m, n, k in shapes:
@@ -145,7 +147,9 @@ def main() -> None:
             theirs = lambda: torch.mm(a, b, out_dtype=out_dtype, out=c_ref) if out_dtype != dtype else \
                 torch.mm(a, b, out=c_ref)
         ours = lambda: op(a, b, out=c, bias=bias)
-        fns = [(lambda: c.fill_(float("nan")), ours), (lambda: c_ref.fill_(float("nan")), theirs)]
+        a_written = a.clone() if args.l2 == "A written" else None
+        rewrite_a = lambda: a.copy_(a_written)
+        fns = [(lambda: c.fill_(float("nan")), ours, rewrite_a), (lambda: c_ref.fill_(float("nan")), theirs, rewrite_a)]
         t_ours, t_torch = clock.timed_gpu(fns, rounds=args.rounds)
         c.fill_(float("nan"))
         ours()
@@ -158,9 +162,9 @@ def main() -> None:
                "ratio": t_torch / t_ours, "correct": bool(verdict.ok), "message": verdict.message}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del a, b, c, c_ref, a64, b64, bias
+        del a, b, c, c_ref, a64, b64, bias, a_written
         torch.cuda.empty_cache()
-    result = {"label": args.label, "precision": args.precision, "dispatcher": args.dispatcher,
+    result = {"label": args.label, "precision": args.precision, "dispatcher": args.dispatcher, "l2": args.l2,
               "variant": variant.text, "range": list(args.range), "seed": args.seed, "rows": rows,
               "layers": {f"{n}x{k}": summary([r for r in rows if (r["n"], r["k"]) == (n, k)]) for n, k in layers},
               "all": summary(rows), "device": torch.cuda.get_device_name(dev)}
@@ -169,7 +173,7 @@ def main() -> None:
         plot(rows, layers, args.plot, f"{args.label or args.dispatcher} {args.precision} ({variant.text}) on "
              f"{result['device']}: geomean {result['all']['geomean']:.3f}", "torch time / gemmgen time")
     print_table(result, f"{args.label} {args.precision} ({variant.text}) vs torch, {len(rows)} shapes, M in "
-                        f"{args.range}")
+                        f"{args.range}, L2 {args.l2}")
     sys.exit(0 if result["all"]["all_correct"] else 1)
 
 
