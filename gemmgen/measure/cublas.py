@@ -33,12 +33,13 @@ class CublasError(GemmgenError):
 CUBLAS_DIR_ENV = "GEMMGEN_CUBLAS_DIR"
 
 
-def load_toolkit_library(pattern: str, fallback: str) -> ctypes.CDLL:
+def load_cublas_library(pattern: str, fallback: str) -> ctypes.CDLL:
     """cuBLAS or cuBLASLt: the newest ``<pattern>`` in $GEMMGEN_CUBLAS_DIR where that is set (and
     nothing else), else the newest ``lib64/<pattern>`` under $CUDA_HOME, $CUDA_PATH or
     /usr/local/cuda, else ``fallback`` as the loader finds it. Raises CublasError."""
     names = []
-    if folder := os.environ.get(CUBLAS_DIR_ENV):
+    folder = os.environ.get(CUBLAS_DIR_ENV)
+    if folder:
         names = sorted(glob.glob(os.path.join(folder, pattern)), reverse=True)
         if not names:
             raise CublasError(f"${CUBLAS_DIR_ENV}={folder} holds no {pattern}: name the folder of the cuBLAS to "
@@ -55,19 +56,19 @@ def load_toolkit_library(pattern: str, fallback: str) -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError as err:
             errors.append(f"{name}: {err}")
-    raise CublasError(f"cannot load {fallback} from the CUDA toolkit (set CUDA_HOME); tried: "
-                      + ("; ".join(errors) or "no candidates found"))
+    where = f"${CUBLAS_DIR_ENV}={folder}" if folder else "the CUDA toolkit (set CUDA_HOME)"
+    raise CublasError(f"cannot load {fallback} from {where}; tried: " + ("; ".join(errors) or "no candidates found"))
 
 
 @lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL:
-    return load_toolkit_library("libcublas.so*", "libcublas.so")
+    return load_cublas_library("libcublas.so*", "libcublas.so")
 
 
 @lru_cache(maxsize=1)
 def lt_library() -> ctypes.CDLL:
     """The cuBLASLt the baselines call (gemmgen.measure.cublaslt)."""
-    return load_toolkit_library("libcublasLt.so*", "libcublasLt.so")
+    return load_cublas_library("libcublasLt.so*", "libcublasLt.so")
 
 
 def library_version(lib: ctypes.CDLL, prefix: str = "cublas") -> str:
@@ -90,7 +91,12 @@ def baseline_build(precision: str, variant: Variant = Variant()) -> str:
     """What the baseline of ``precision`` and ``variant`` runs, as its results-database rows record it
     (the cuBLAS kernel row's source hash): the library and its version, ``cuBLAS <major>.<minor>.<patch>``. A
     cuBLAS of another version picks other kernels; its rows are another kernel row."""
-    if uses_cublaslt(precision, variant):
+    return _build(uses_cublaslt(precision, variant))
+
+
+@lru_cache(maxsize=2)
+def _build(lt: bool) -> str:  # a loaded library's version does not change: asked once (errors are not kept)
+    if lt:
         return f"cuBLASLt {library_version(lt_library(), 'cublasLt')}"
     return f"cuBLAS {library_version(_library())}"
 

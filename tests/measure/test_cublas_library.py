@@ -3,13 +3,13 @@
 
 import pytest
 
-from gemmgen.measure.cublas import CUBLAS_DIR_ENV, CublasError, library_version, load_toolkit_library
+from gemmgen.measure.cublas import CUBLAS_DIR_ENV, CublasError, library_version, load_cublas_library
 
 
 def test_a_cublas_folder_without_the_library_is_refused_with_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv(CUBLAS_DIR_ENV, str(tmp_path))
     with pytest.raises(CublasError, match=r"GEMMGEN_CUBLAS_DIR=.* holds no libcublasLt\.so\*: name the folder"):
-        load_toolkit_library("libcublasLt.so*", "libcublasLt.so")
+        load_cublas_library("libcublasLt.so*", "libcublasLt.so")
 
 
 def test_a_cublas_folder_is_the_only_place_looked_in(tmp_path, monkeypatch):
@@ -18,7 +18,7 @@ def test_a_cublas_folder_is_the_only_place_looked_in(tmp_path, monkeypatch):
     monkeypatch.setenv(CUBLAS_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "toolkit"))
     with pytest.raises(CublasError) as err:
-        load_toolkit_library("libcublas.so*", "libcublas.so")
+        load_cublas_library("libcublas.so*", "libcublas.so")
     tried = str(err.value).split("tried: ", 1)[1]
     assert tried.startswith(f"{fake}: ") and "; " not in tried  # that file alone, not the toolkit's nor the loader's
 
