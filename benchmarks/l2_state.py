@@ -7,6 +7,7 @@ type, no bias).
 usage: python benchmarks/l2_state.py LIB.cu --shape MxNxK [--shape ...] [--rounds 20]"""
 import argparse
 import json
+import os
 import sys
 
 import torch
@@ -19,7 +20,8 @@ from gemmgen.torch import load
 
 def time_shape(op, clock: Alternate, m: int, n: int, k: int, alloc: int, rounds: int) -> list[dict]:
     """One row per L2 state: op's and F.linear's median times (us) at m x n x k, the tensors
-    allocated after a pad of (37 * alloc + 1) MB."""
+    allocated after a pad of (37 * alloc + 1) MB; ``kernel`` the dispatcher's choice, or for a
+    single kernel's library its file's name."""
     dev = torch.device("cuda")
     pad = torch.empty((alloc * 37 + 1) << 20, dtype=torch.uint8, device=dev)  # held until the end: moves the tensors
     a = (torch.rand(m, k, device=dev) * 2 - 1).to(op.dtype)
@@ -35,7 +37,7 @@ def time_shape(op, clock: Alternate, m: int, n: int, k: int, alloc: int, rounds:
         t1, t2 = clock.timed_gpu([(lambda: c.fill_(float("nan")), ours, rewrite_a),
                                   (lambda: c2.fill_(float("nan")), theirs, rewrite_a)], rounds=rounds)
         same = torch.allclose(c.float(), c2.float(), rtol=2e-2, atol=2e-1)
-        row = dict(kernel=op.choice(m, n, k), m=m, n=n, k=k, alloc=alloc, state=state, us=t1 * 1e3,
+        row = dict(kernel=op.choice(m, n, k) or os.path.basename(str(op.path)), m=m, n=n, k=k, alloc=alloc, state=state, us=t1 * 1e3,
                    torch_us=t2 * 1e3, ratio=t2 / t1, same=same)
         rows.append(row)
         print(json.dumps(row), flush=True)
