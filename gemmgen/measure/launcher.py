@@ -90,6 +90,12 @@ class Launcher:
             self._run_ws = fn("_run_workspace", ctypes.c_int, [_VP, _VP, _ULL])
         except LaunchFailed:
             self._workspace_size = self._launch_ws = self._plan_ws = self._run_ws = None
+        # A run with flags the caller keeps zero (no memset); absent from libraries of earlier gemmgen.
+        try:
+            self._plan_flag_bytes = fn("_plan_flag_bytes", _ULL, [_VP])
+            self._run_ws_kept = fn("_run_workspace_kept", ctypes.c_int, [_VP, _VP, _ULL, _VP, _ULL])
+        except LaunchFailed:
+            self._plan_flag_bytes = self._run_ws_kept = None
         self._error = fn("_error", ctypes.c_char_p, [])
         self._held = fn("_held", None, [_VP, ctypes.POINTER(Held)])
         self._release = fn("_release", ctypes.c_int, [])
@@ -315,15 +321,26 @@ class Plan:
 class WorkspacePlan(Plan):
     """One launch prepared by :meth:`Launcher.plan_workspace`: ``run(workspace, workspace_bytes)``
     queues it in the caller's workspace, of at least ``workspace_bytes`` bytes (0: none, and
-    ``run(0, 0)``)."""
+    ``run(0, 0)``), after a memset of its flags on the stream. ``flag_bytes``: the bytes of flags
+    the launch takes (0: none, or a library of earlier gemmgen, which has no run_kept);
+    ``run_kept(flags, flag_bytes, workspace, workspace_bytes)`` queues it with its flags at
+    ``flags`` instead, at least ``flag_bytes`` bytes, 16-byte aligned, zero -- and left zero by the
+    launch, so that a caller who keeps them for its next runs never clears them again."""
 
     def __init__(self, launcher: Launcher, handle, workspace_bytes: int):
         super().__init__(launcher, handle)
         self._run = launcher._run_ws
+        self._run_kept = launcher._run_ws_kept
         self.workspace_bytes = workspace_bytes
+        self.flag_bytes = launcher._plan_flag_bytes(handle) if launcher._plan_flag_bytes else 0
 
     def run(self, workspace: int = 0, workspace_bytes: int = 0) -> None:
         err = self._run(self._handle, workspace, workspace_bytes)
+        if err:
+            self._launcher._check(err)
+
+    def run_kept(self, flags: int, flag_bytes: int, workspace: int, workspace_bytes: int) -> None:
+        err = self._run_kept(self._handle, flags, flag_bytes, workspace, workspace_bytes)
         if err:
             self._launcher._check(err)
 

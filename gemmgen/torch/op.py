@@ -340,7 +340,8 @@ class GemmOp:
 
         The workspace a plan's run takes (plan.workspace_bytes) is torch memory on ``device``,
         allocated while ``stream`` is current (_workspace: ``keep`` says whether a kept buffer
-        may serve). A library of an earlier gemmgen keeps its own workspace per
+        may serve); with ``keep``, outside a capture, its flags are this thread's kept ones
+        (_kept_flags), so no memset is queued. A library of an earlier gemmgen keeps its own workspace per
         stream (a plain Plan), which a capture cannot hold: refused then (NotCapturable)."""
         if not self.launcher.takes_workspace:
             self._refuse_capture(f"{self.path} was built by a gemmgen whose launches keep a workspace of their own and "
@@ -356,10 +357,15 @@ class GemmOp:
                 plans.pop(next(iter(plans))).close()
             plans[key] = plan
         need = plan.workspace_bytes
-        if need:
-            plan.run(self._workspace(need, stream, device, keep), need)
-        else:
+        if not need:
             plan.run()
+            return
+        workspace = self._workspace(need, stream, device, keep)
+        flags = plan.flag_bytes
+        if flags and keep and not _capturing():
+            plan.run_kept(self._kept_flags(flags, stream, device), flags, workspace, need)
+        else:
+            plan.run(workspace, need)
 
     def _workspace(self, need: int, stream: int, device: torch.device, keep: bool) -> int:
         """The address of ``need`` bytes of workspace for a launch queued next on ``stream``.
@@ -378,6 +384,19 @@ class GemmOp:
         buffer = buffers.get(key)
         if buffer is None or buffer.numel() < need:
             buffer = buffers[key] = torch.empty(need, dtype=torch.uint8, device=device)
+        return buffer.data_ptr()
+
+    def _kept_flags(self, need: int, stream: int, device: torch.device) -> int:
+        """The address of ``need`` bytes of flags, zero, for a launch queued next on ``stream`` outside
+        a capture: this thread's buffer for ``stream``, made zero once (replaced by a larger zeroed one
+        where a launch needs more) and left zero by every launch (WorkspacePlan.run_kept), so an eager
+        call queues no memset of its flags. A capture takes the memset instead (_launch): its graph
+        would hold a buffer that this thread may replace."""
+        buffers = self._buffers()
+        key = (device.index, stream, "flags")
+        buffer = buffers.get(key)
+        if buffer is None or buffer.numel() < need:
+            buffer = buffers[key] = torch.zeros(max(need, 4096), dtype=torch.uint8, device=device)
         return buffer.data_ptr()
 
     def _new_plan(self, args: tuple, stream: int):
@@ -403,7 +422,8 @@ class GemmOp:
         return self._local.plans
 
     def _buffers(self) -> dict:
-        """This thread's workspace buffers: (device index, stream) -> uint8 tensor."""
+        """This thread's workspace buffers: (device index, stream) -> uint8 tensor, and its kept
+        flags: (device index, stream, "flags") -> uint8 tensor (_kept_flags)."""
         if not hasattr(self._local, "buffers"):
             self._local.buffers = {}
         return self._local.buffers

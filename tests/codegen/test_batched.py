@@ -61,7 +61,7 @@ def test_the_one_product_source_has_no_batch_code(point):
     # the kernel and the launcher's functions take no batch count nor strides; the launcher holds batch 1
     kernel = re.search(rf"{config.name}\(([^)]*)\)", source)[1]
     launchers = re.findall(r"(?:GEMMGEN_LAUNCHER|GG_API\(_\w+\))\(([^)]*)\)\s*\{", source)
-    assert len(launchers) == 14  # the launcher, _plan, _run, ..., _variant
+    assert len(launchers) == 16  # the launcher, _plan, _run, ..., _run_workspace_kept, _variant
     for params in (kernel, *launchers):
         assert "batch" not in params and "stride" not in params, params
     assert "batch_i" not in source and "gg_pack_plan_batched" not in source

@@ -153,3 +153,27 @@ def test_a_launch_in_the_callers_workspace_zeroes_its_flags_on_the_stream_and_al
             assert call not in body, (call, body)
     init = _function(source, "cudaError_t gg_plan_init(")
     assert 'if (err == cudaSuccess && !caller_ws)\n        err = gg_find_slot("' in init
+
+
+@pytest.mark.parametrize("label", ["splitk", "hopper_sk_linear", "mma_k2_batched"])
+def test_a_run_with_kept_flags_queues_no_memset_and_takes_the_callers_flags(label):
+    """gg_plan_run_kept (<launcher>_run_workspace_kept, what gemmgen.torch's eager calls use):
+    the plan's own layout with the flags' part replaced by the caller's (checked long enough and
+    aligned first), no memset, nothing allocated, freed or waited for; the launcher and a
+    dispatcher export it with _plan_flag_bytes."""
+    source = render_kernel(CONFIGS[label])
+    run = _function(source, "cudaError_t gg_plan_run_kept(")
+    for call in ("cudaMemset", "cudaMalloc(", "cudaFree(", "Synchronize(", "gg_reserve(", "gg_find_slot(", "slot->"):
+        assert call not in run, (call, run)
+    assert "flag_bytes < p.layout.flag_bytes" in run and "parts.flags = flags;" in run
+    assert run.index("flag_bytes < p.layout.flag_bytes") < run.index("gg_plan_queue(p, parts)")
+    for name in ("_plan_flag_bytes)(void* plan)", "_run_workspace_kept)(void* plan, void* flags"):
+        assert f'extern "C" {"unsigned long long" if "flag_bytes)" in name else "cudaError_t"} GG_API({name}' in source
+
+
+def test_a_dispatcher_forwards_the_run_with_kept_flags(dispatcher):
+    """The dispatcher's _run_workspace_kept and _plan_flag_bytes are bound by Launcher (so
+    WorkspacePlan.run_kept reaches the plan's kernel), as each kernel's are."""
+    launcher, own = dispatcher
+    assert launcher._run_ws_kept is not None and launcher._plan_flag_bytes is not None
+    assert all(k._run_ws_kept is not None for k in own.values())

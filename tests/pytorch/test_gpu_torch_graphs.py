@@ -290,8 +290,9 @@ def test_what_cannot_be_captured_is_refused_and_the_capture_survives(ops, tmp_pa
 
 def test_an_eager_call_takes_its_workspace_from_torch_and_keeps_it_for_the_stream(ops):
     """A shape that needs a workspace takes it from torch's caching allocator on the current
-    stream, once: the next calls on that stream allocate only their C; a shape that needs more
-    grows the buffer; the launcher keeps none for that stream; release() gives the buffer back."""
+    stream, once, with its kept flags (split-K's counters): the next calls on that stream allocate
+    only their C; a shape that needs more grows the buffer; the launcher keeps none for that
+    stream; release() gives both back."""
     op = ops["mma_split"]
     gen = torch.Generator(device="cuda").manual_seed(SEED + 5)
     x, w, b = linear_inputs(gen, 100, 1024, 1021)
@@ -311,8 +312,8 @@ def test_an_eager_call_takes_its_workspace_from_torch_and_keeps_it_for_the_strea
         big = op(big_x, big_w, bias=big_b)
         third = allocations()
     side.synchronize()
-    assert (first - start, second - first, third - second) == (2, 1, 2)  # C + workspace, C, C + a larger one
-    (kept,) = [t for (device, stream), t in op._buffers().items() if stream == side.cuda_stream]
+    assert (first - start, second - first, third - second) == (3, 1, 2)  # C + workspace + flags, C, C + a larger one
+    (kept,) = [t for (device, stream, *flags), t in op._buffers().items() if stream == side.cuda_stream and not flags]
     assert kept.numel() >= op._plans()[next(k for k in op._plans() if k[0] == 300)].workspace_bytes > 0
     assert op.launcher.held(side.cuda_stream).partial_bytes == 0
     for got, args in ((y, (x, w, b)), (big, (big_x, big_w, big_b))):
@@ -320,6 +321,34 @@ def test_an_eager_call_takes_its_workspace_from_torch_and_keeps_it_for_the_strea
         assert verdict.ok, verdict.message
     op.release()
     assert not op._buffers()
+
+
+def test_eager_calls_keep_their_flags_zero_and_queue_no_memset(ops, arch):
+    """Eager calls whose launches take flags (split-K's counters, stream-K's) run with this
+    thread's kept flags: every result right over a mixed sequence of shapes on one stream, called
+    twice, no memset queued in the second pass, and the kept flags all zero after it."""
+    names = ["mma_split"] + (["sk", "dispatcher"] if arch.cc == 90 else [])
+    gen = torch.Generator(device="cuda").manual_seed(SEED + 7)
+    shapes = [(100, 1024, 1021), (300, 2048, 1021), (33, 512, 4096), (257, 1536, 2048), (1000, 3072, 1024)]
+    for name in names:
+        op = ops[name]
+        inputs = [linear_inputs(gen, m, n, k) for m, n, k in shapes + shapes[::-1]]
+        for x, w, b in inputs:  # first pass: plans made, buffers grown
+            op(x, w, bias=b)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            calls = [(op(x, w, bias=b), x, w, b) for x, w, b in inputs]
+            torch.cuda.synchronize()
+        memsets = [e.name for e in prof.events() if "memset" in e.name.lower()]
+        assert not memsets, (name, memsets)
+        flags = [t for (device, stream, *kind), t in op._buffers().items() if kind == ["flags"]]
+        assert all(int(t.count_nonzero()) == 0 for t in flags), name
+        if name == "mma_split":
+            assert flags and any(op._plans()[key].flag_bytes > 0 for key in op._plans())
+        for got, x, w, b in calls:
+            verdict = judge_linear(got, x, w, b)
+            assert verdict.ok, (name, tuple(got.shape), x.shape[1], verdict.message)
+        op.release()
 
 
 # ---- gemmgen.torch.Linear and patch ----
