@@ -60,7 +60,8 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
     # batch x units, one list; an operand of stride 0 is read at coordinate 0
     assert "const int units = batch_units * batch;" in source  # HP_BATCHED ? ... : batch_units, decided
     assert "const int za = stride_a != 0 ? b : 0, zb = stride_b != 0 ? b : 0;" in source
-    assert "gg_grouped_tile(hp_in_matrix(work.unit, batch_units, b), unit_rows, tiles_n, 8, um, tn);" in source
+    assert "gg_grouped_tile(hp_in_matrix(work.unit, batch_units, b), unit_rows, tiles_n, group, um, tn);" in source
+    assert "<= HP_ONE_GROUP_BYTES ? unit_rows : 8;" in source  # the point's swizzle where A is larger
     assert "using CT = __nv_bfloat16;" in source and "const CT* const bias_mat = hp_matrix(bias, b, stride_bias);" in source
     assert "const bool c_tma = gg_tma_stores_c(beta, N, C, batch, stride_c);" in source
     # the launcher: 3-D maps over the batch (or the packed copies), C's rule with its stride
@@ -79,7 +80,7 @@ def test_batched_source_uses_3d_maps_and_the_matrix_coordinate():
 
 def test_overlap_stores_the_held_half_into_its_own_matrix():
     source = render_kernel(config("ov"))
-    assert "gg_grouped_tile(hp_in_matrix(pending_unit, batch_units, held_b), unit_rows, tiles_n, 8, pm, pn);" in source
+    assert "gg_grouped_tile(hp_in_matrix(pending_unit, batch_units, held_b), unit_rows, tiles_n, group, pm, pn);" in source
     # the right half's boxes (4..7 of 32 columns) into the held tile's matrix; the left half now, into this one's
     assert "constexpr int HELD_BOXES = 4;" in source and "HP_C_BOX_COLS = 32;" in source
     assert ("staging.store_box<CT, false>(map_c, N, HELD_BOXES + i, held_row, held_col, held_b, held, HP_NACC / 2, "

@@ -12,8 +12,9 @@ fp32 accumulators in registers; once the tensor cores are done with a slot they 
 (40 per thread) to the consumers.
 
 The grid is persistent: one block per SM (at most one per tile), each block walking the C tiles
-blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order (``swizzle`` tile rows at a time), so
-that while the consumers store one tile, the producer already loads the next. With ``cluster``
+blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order (``swizzle`` tile rows at a time, or all
+of them where A is at most 16 MB, so that the walk passes over B once), so that while the
+consumers store one tile, the producer already loads the next. With ``cluster``
 = 2, blocks run in pairs on vertically adjacent tiles (one tile column, two tile rows): each
 loads its own A and half of the B tile they share, multicast by TMA into both blocks' shared
 memory, and a stage is refilled once the consumers of both blocks are done with it.
@@ -311,7 +312,8 @@ FAMILY = Family(
                                    "BN/consumers columns)"),
         Param("stages", (2, 3, 4, 5, 6, 8, 12, 16), "shared-memory slots in the TMA -> wgmma ring (a thin tile's "
                                                     "stages are small: 12 or 16 keep more of B in flight per SM)"),
-        Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major)"),
+        Param("swizzle", (1, 2, 4, 8, 16), "tile order: tile rows walked together, column by column (1 = row-major; "
+                                           "all of them where A is at most 16 MB)"),
         Param("schedule", ("coop", "pingpong"), "coop: the consumers split each tile's rows; pingpong: they take "
                                                  "alternate tiles, one storing while the other multiplies"),
         Param("cluster", (1, 2), "blocks per cluster, on vertically adjacent tiles: each loads its share of the "
