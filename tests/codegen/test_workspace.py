@@ -163,10 +163,15 @@ def test_a_run_with_kept_flags_queues_no_memset_and_takes_the_callers_flags(labe
     dispatcher export it with _plan_flag_bytes."""
     source = render_kernel(CONFIGS[label])
     run = _function(source, "cudaError_t gg_plan_run_kept(")
-    for call in ("cudaMemset", "cudaMalloc(", "cudaFree(", "Synchronize(", "gg_reserve(", "gg_find_slot(", "slot->"):
-        assert call not in run, (call, run)
-    assert "flag_bytes < p.layout.flag_bytes" in run and "parts.flags = flags;" in run
-    assert run.index("flag_bytes < p.layout.flag_bytes") < run.index("gg_plan_queue(p, parts)")
+    check = _function(source, "cudaError_t gg_check_caller_run(")  # the checks run_in makes too
+    for body in (run, check):
+        for call in ("cudaMemset", "cudaMalloc(", "cudaFree(", "Synchronize(", "gg_reserve(", "gg_find_slot(", "slot->"):
+            assert call not in body, (call, body)
+    assert "kept && p.layout.flag_bytes > 0" in check and "flag_bytes < p.layout.flag_bytes" in check
+    assert "parts.flags = flags;" in run
+    checked = "gg_check_caller_run(p, workspace, bytes, true, flags, flag_bytes, none)"
+    assert run.index(checked) < run.index("gg_plan_queue(p, parts)")
+    assert "gg_check_caller_run(p, workspace, bytes, false, nullptr, 0, none)" in _function(source, "cudaError_t gg_plan_run_in(")
     for name in ("_plan_flag_bytes)(void* plan)", "_run_workspace_kept)(void* plan, void* flags"):
         assert f'extern "C" {"unsigned long long" if "flag_bytes)" in name else "cudaError_t"} GG_API({name}' in source
 
