@@ -37,8 +37,8 @@ def time_shape(op, clock: Alternate, m: int, n: int, k: int, alloc: int, rounds:
         t1, t2 = clock.timed_gpu([(lambda: c.fill_(float("nan")), ours, rewrite_a),
                                   (lambda: c2.fill_(float("nan")), theirs, rewrite_a)], rounds=rounds)
         same = torch.allclose(c.float(), c2.float(), rtol=2e-2, atol=2e-1)
-        row = dict(kernel=op.choice(m, n, k) or os.path.basename(str(op.path)), m=m, n=n, k=k, alloc=alloc, state=state, us=t1 * 1e3,
-                   torch_us=t2 * 1e3, ratio=t2 / t1, same=same)
+        row = dict(kernel=op.choice(m, n, k) or os.path.basename(str(op.path)), m=m, n=n, k=k, alloc=alloc,
+                   state=state, us=t1 * 1e3, torch_us=t2 * 1e3, ratio=t2 / t1, same=same)
         rows.append(row)
         print(json.dumps(row), flush=True)
     del pad

@@ -341,8 +341,9 @@ class GemmOp:
         The workspace a plan's run takes (plan.workspace_bytes) is torch memory on ``device``,
         allocated while ``stream`` is current (_workspace: ``keep`` says whether a kept buffer
         may serve); with ``keep``, outside a capture, its flags are this thread's kept ones
-        (_kept_flags), so no memset is queued. A library of an earlier gemmgen keeps its own workspace per
-        stream (a plain Plan), which a capture cannot hold: refused then (NotCapturable)."""
+        (_kept_flags), so no memset is queued. A library of an earlier gemmgen keeps its own
+        workspace per stream (a plain Plan), which a capture cannot hold: refused then
+        (NotCapturable)."""
         if not self.launcher.takes_workspace:
             self._refuse_capture(f"{self.path} was built by a gemmgen whose launches keep a workspace of their own and "
                                  "grow it (waiting for the stream) where a shape needs more, which a CUDA graph capture "
@@ -379,12 +380,8 @@ class GemmOp:
         release() drops the buffers."""
         if not keep or _capturing():
             return torch.empty(need, dtype=torch.uint8, device=device).data_ptr()
-        buffers = self._buffers()
-        key = (device.index, stream)
-        buffer = buffers.get(key)
-        if buffer is None or buffer.numel() < need:
-            buffer = buffers[key] = torch.empty(need, dtype=torch.uint8, device=device)
-        return buffer.data_ptr()
+        return self._kept_buffer((device.index, stream), need,
+                                 lambda: torch.empty(need, dtype=torch.uint8, device=device))
 
     def _kept_flags(self, need: int, stream: int, device: torch.device) -> int:
         """The address of ``need`` bytes of flags, zero, for a launch queued next on ``stream`` outside
@@ -392,11 +389,16 @@ class GemmOp:
         where a launch needs more) and left zero by every launch (WorkspacePlan.run_kept), so an eager
         call queues no memset of its flags. A capture takes the memset instead (_launch): its graph
         would hold a buffer that this thread may replace."""
+        return self._kept_buffer((device.index, stream, "flags"), need,
+                                 lambda: torch.zeros(max(need, 4096), dtype=torch.uint8, device=device))
+
+    def _kept_buffer(self, key: tuple, need: int, make) -> int:
+        """The address of this thread's buffer ``key`` (_buffers), replaced by ``make()`` where it is
+        missing or shorter than ``need`` bytes."""
         buffers = self._buffers()
-        key = (device.index, stream, "flags")
         buffer = buffers.get(key)
         if buffer is None or buffer.numel() < need:
-            buffer = buffers[key] = torch.zeros(max(need, 4096), dtype=torch.uint8, device=device)
+            buffer = buffers[key] = make()
         return buffer.data_ptr()
 
     def _new_plan(self, args: tuple, stream: int):
